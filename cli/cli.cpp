@@ -1,0 +1,62 @@
+#include "cli.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+
+#include "exit_codes.h"
+#include "opguard/core/error.h"
+#include "verbs.h"
+
+namespace opguard::cli {
+
+std::string executable_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string path(buf);
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"opguard: record two training runs, find the first operator whose bits diverge"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "opguard 0.1.0 (recording format 1)");
+  VerbResult result;
+  add_record_command(app, result);
+  add_ls_command(app, result);
+  add_show_command(app, result);
+  try {
+    app.parse(argc, argv);
+    return result.exit_code;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "opguard: %s\n", e.what());
+    return kExitUsage;
+  } catch (const FormatError& e) {
+    std::fprintf(stderr, "opguard: %s\n", e.what());
+    return kExitFormat;
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "opguard: %s\n", e.what());
+    return kExitIo;
+  } catch (const LaunchError& e) {
+    std::fprintf(stderr, "opguard: %s\n", e.what());
+    return kExitLaunch;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opguard: internal error: %s\n", e.what());
+    return kExitInternal;
+  }
+}
+
+}  // namespace opguard::cli

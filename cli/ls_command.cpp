@@ -1,0 +1,125 @@
+// opguard ls: what a recording holds, per rank, step and phase.
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+
+#include "opguard/formats/recording.h"
+#include "verbs.h"
+
+namespace opguard::cli {
+namespace {
+
+constexpr const char* kHelp = R"(List a recording: per rank, step and phase the number of events, distinct
+operators and bytes of full tensors; the manifest's numerics knobs; torn steps
+(a process killed during a step leaves it torn; every earlier step is intact).
+
+Examples:
+  opguard ls runA
+  opguard ls runA --json | python3 -m json.tool)";
+
+struct PhaseStats {
+  uint64_t events = 0;
+  std::set<std::string> ops;
+  uint64_t full_tensors = 0;
+  uint64_t bytes = 0;
+};
+
+uint64_t tensor_bytes(const formats::TensorMeta& m) {
+  return static_cast<uint64_t>(m.numel()) * dtype_size(m.dtype);
+}
+
+int run_ls(const std::string& dir, bool json) {
+  const formats::RecordingLayout layout = formats::scan_recording(dir);
+  nlohmann::json out;
+  out["recording"] = dir;
+  out["ranks"] = nlohmann::json::array();
+  std::string text;
+  text += fmt::format("recording {} ({} rank{})\n", dir, layout.ranks.size(), layout.ranks.size() == 1 ? "" : "s");
+  for (const auto& rank : layout.ranks) {
+    const formats::Manifest manifest = formats::read_manifest(rank.manifest_path);
+    auto info = [&](const char* key) {
+      auto it = manifest.info.find(key);
+      return it == manifest.info.end() ? std::string("?") : it->second;
+    };
+    nlohmann::json jr;
+    jr["rank"] = rank.rank;
+    jr["world_size"] = manifest.world_size;
+    jr["format_version"] = manifest.format_version;
+    jr["info"] = manifest.info;
+    jr["env"] = manifest.env;
+    jr["info"].erase("torch_config");
+    text += fmt::format("rank {}: program {} argv {}\n", rank.rank, info("program"), info("argv"));
+    text += fmt::format("  torch {}  threads {}  cpu_capability {}  mkldnn {}  deterministic {}  default_dtype {}\n",
+                        info("torch_version"), info("threads"), info("cpu_capability"), info("mkldnn_enabled"),
+                        info("deterministic_algorithms"), info("default_dtype"));
+    const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
+    text += fmt::format("  started {}  {}  sampling '{}'\n", info("start_time"), clean, info("sampling_policy"));
+    text += fmt::format("  {:>6}  {:<9}  {:>7}  {:>4}  {:>12}  {:>12}\n", "step", "phase", "events", "ops",
+                        "full-tensors", "bytes");
+    jr["steps"] = nlohmann::json::array();
+    uint64_t total_events = 0;
+    for (const auto& [step, path] : rank.steps) {
+      formats::StepReader reader(path);
+      std::map<int, PhaseStats> phases;
+      for (const auto& ev : reader.events()) {
+        auto& ps = phases[static_cast<int>(ev.phase)];
+        ++ps.events;
+        ps.ops.insert(ev.overload.empty() ? ev.op : ev.op + "." + ev.overload);
+        for (const auto* values : {&ev.inputs, &ev.outputs}) {
+          for (const auto& v : *values) {
+            if (v.tensor.flags & formats::kTensorHasData) {
+              ++ps.full_tensors;
+              ps.bytes += tensor_bytes(v.tensor);
+            }
+          }
+        }
+      }
+      nlohmann::json js;
+      js["step"] = step;
+      js["file"] = path;
+      js["phases"] = nlohmann::json::object();
+      for (const auto& [phase, ps] : phases) {
+        const char* name = formats::phase_name(static_cast<formats::Phase>(phase));
+        text += fmt::format("  {:>6}  {:<9}  {:>7}  {:>4}  {:>12}  {:>12}\n", step, name, ps.events, ps.ops.size(),
+                            ps.full_tensors, ps.bytes);
+        js["phases"][name] = {{"events", ps.events}, {"distinct_ops", ps.ops.size()},
+                              {"full_tensors", ps.full_tensors}, {"bytes", ps.bytes}};
+        total_events += ps.events;
+      }
+      jr["steps"].push_back(js);
+    }
+    jr["torn_steps"] = nlohmann::json::array();
+    for (const auto& [step, path] : rank.torn) {
+      text += fmt::format("  {:>6}  torn: the process died during this step ({})\n", step, path);
+      jr["torn_steps"].push_back({{"step", step}, {"file", path}});
+    }
+    jr["events"] = total_events;
+    text += fmt::format("  {} events in {} complete step(s)\n", total_events, rank.steps.size());
+    out["ranks"].push_back(jr);
+  }
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_ls_command(CLI::App& app, VerbResult& result) {
+  auto dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* sub = app.add_subcommand("ls", "List the steps, phases and events of a recording");
+  sub->footer(kHelp);
+  sub->add_option("recording", *dir, "Recording directory")->required();
+  sub->add_flag("--json", *json, "Machine-readable output");
+  sub->callback([dir, json, &result] { result.exit_code = run_ls(*dir, *json); });
+}
+
+}  // namespace opguard::cli

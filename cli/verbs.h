@@ -1,0 +1,23 @@
+#pragma once
+// Each verb lives in its own file (<verb>_command.cpp) with its help text and
+// options; it adds a subcommand to the app and returns the exit code through
+// `*exit_code` when run.
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace opguard::cli {
+
+struct VerbResult {
+  int exit_code = 0;
+};
+
+void add_record_command(CLI::App& app, VerbResult& result);
+void add_ls_command(CLI::App& app, VerbResult& result);
+void add_show_command(CLI::App& app, VerbResult& result);
+
+// The directory holding the running opguard executable.
+std::string executable_dir();
+
+}  // namespace opguard::cli

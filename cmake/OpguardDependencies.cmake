@@ -1,0 +1,52 @@
+# Every dependency through find_package; no hand-written system paths.
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(fmt REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(Threads REQUIRED)
+if(OPGUARD_TESTS)
+  find_package(doctest REQUIRED)
+endif()
+
+# libtorch comes from the pip wheel (a CUDA 13.0 build). Its CMake config wants
+# the CUDA toolkit even though we only link the CPU libraries.
+if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
+find_package(Torch REQUIRED)
+# The wheel ships no nvToolsExt; its config refers to the target anyway.
+if(NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
+  add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+  target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
+endif()
+get_filename_component(OPGUARD_TORCH_LIBDIR "${TORCH_LIBRARY}" DIRECTORY)
+find_library(OPGUARD_TORCH_CPU torch_cpu PATHS ${OPGUARD_TORCH_LIBDIR} NO_DEFAULT_PATH REQUIRED)
+find_library(OPGUARD_C10 c10 PATHS ${OPGUARD_TORCH_LIBDIR} NO_DEFAULT_PATH REQUIRED)
+# CPU-only view of libtorch: headers and torch_cpu/c10, nothing that pulls CUDA
+# libraries into our own binaries.
+add_library(opguard_torch_cpu INTERFACE)
+target_include_directories(opguard_torch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_link_libraries(opguard_torch_cpu INTERFACE ${OPGUARD_TORCH_CPU} ${OPGUARD_C10})
+target_compile_options(opguard_torch_cpu INTERFACE -D_GLIBCXX_USE_CXX11_ABI=1)
+
+if(OPGUARD_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "OPGUARD_CUDA=ON but nvcc was not found: install the CUDA toolkit or set CUDAToolkit_ROOT")
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  if(NOT CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+endif()
+
+find_program(OPGUARD_PYTHON NAMES python3 python)

@@ -1,0 +1,242 @@
+#include "opguard/kernels/fingerprint.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "opguard/core/error.h"
+
+namespace opguard::kernels {
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= sizes[d];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  if (strides == nullptr) return true;
+  int64_t expected = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// --- HashPool ---------------------------------------------------------------
+
+struct HashPool::Impl {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::condition_variable done;
+  std::vector<std::thread> workers;
+  bool stopping = false;
+  // The current job; one at a time (callers serialise on job_mutex).
+  std::mutex job_mutex;
+  void (*fn)(void*, std::size_t) = nullptr;
+  void* ctx = nullptr;
+  std::size_t n = 0;
+  std::atomic<std::size_t> next{0};
+  std::size_t finished = 0;
+  uint64_t generation = 0;
+
+  void work_on_current() {
+    std::size_t local = 0;
+    for (std::size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      fn(ctx, i);
+      ++local;
+    }
+    if (local > 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      finished += local;
+      if (finished == n) done.notify_all();
+    }
+  }
+
+  void worker_main() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      wake.wait(lock, [&] { return stopping || generation != seen; });
+      if (stopping) return;
+      seen = generation;
+      lock.unlock();
+      work_on_current();
+      lock.lock();
+    }
+  }
+};
+
+HashPool::HashPool(int threads) : impl_(new Impl) {
+  for (int i = 1; i < threads; ++i) impl_->workers.emplace_back([this] { impl_->worker_main(); });
+}
+
+HashPool::~HashPool() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  for (auto& t : impl_->workers) t.join();
+  delete impl_;
+}
+
+int HashPool::threads() const { return static_cast<int>(impl_->workers.size()) + 1; }
+
+void HashPool::run(std::size_t n, void (*fn)(void*, std::size_t), void* ctx) {
+  if (n == 0) return;
+  if (impl_->workers.empty() || n == 1) {
+    for (std::size_t i = 0; i < n; ++i) fn(ctx, i);
+    return;
+  }
+  std::lock_guard<std::mutex> job(impl_->job_mutex);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->fn = fn;
+    impl_->ctx = ctx;
+    impl_->n = n;
+    impl_->next = 0;
+    impl_->finished = 0;
+    ++impl_->generation;
+  }
+  impl_->wake.notify_all();
+  impl_->work_on_current();
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  impl_->done.wait(lock, [&] { return impl_->finished == impl_->n; });
+}
+
+// --- fingerprint --------------------------------------------------------------
+
+namespace {
+
+void append_le(std::vector<uint8_t>& buf, const void* p, std::size_t n) {
+  // x86-64 and aarch64 are little-endian; the format is too.
+  const auto* b = static_cast<const uint8_t*>(p);
+  buf.insert(buf.end(), b, b + n);
+}
+
+std::size_t chunk_count(std::size_t nbytes) {
+  return (nbytes + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes;
+}
+
+// Row-major walk over a strided view, copying elements [begin, end) into out.
+void gather_range(const TensorView& v, int64_t begin, int64_t end, uint8_t* out) {
+  const std::size_t es = dtype_size(v.dtype);
+  const int nd = v.ndim;
+  if (nd == 0) {
+    if (begin < end) std::memcpy(out, v.data, es);
+    return;
+  }
+  int64_t index[64];
+  OPGUARD_CHECK(nd <= 64);
+  int64_t rem = begin;
+  for (int d = nd - 1; d >= 0; --d) {
+    index[d] = rem % v.sizes[d];
+    rem /= v.sizes[d];
+  }
+  const auto* base = static_cast<const uint8_t*>(v.data);
+  const int64_t inner = v.sizes[nd - 1];
+  const int64_t inner_stride = v.strides[nd - 1];
+  int64_t pos = begin;
+  while (pos < end) {
+    int64_t offset = 0;
+    for (int d = 0; d < nd - 1; ++d) offset += index[d] * v.strides[d];
+    const int64_t run = std::min(inner - index[nd - 1], end - pos);
+    const uint8_t* src = base + (offset + index[nd - 1] * inner_stride) * static_cast<int64_t>(es);
+    if (inner_stride == 1) {
+      std::memcpy(out, src, run * es);
+      out += run * es;
+    } else {
+      for (int64_t i = 0; i < run; ++i) {
+        std::memcpy(out, src + i * inner_stride * static_cast<int64_t>(es), es);
+        out += es;
+      }
+    }
+    pos += run;
+    index[nd - 1] += run;
+    for (int d = nd - 1; d > 0 && index[d] == v.sizes[d]; --d) {
+      index[d] = 0;
+      ++index[d - 1];
+    }
+  }
+}
+
+}  // namespace
+
+uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::size_t nbytes,
+                              const uint64_t* chunk_hashes, std::size_t n_chunks) {
+  OPGUARD_CHECK(ndim >= 0 && ndim < 256);
+  std::vector<uint8_t> buf;
+  buf.reserve(16 + 8 * static_cast<std::size_t>(ndim) + 8 * n_chunks);
+  const uint8_t head[8] = {'O', 'G', 'F', '1', static_cast<uint8_t>(dtype),
+                           static_cast<uint8_t>(ndim), 0, 0};
+  append_le(buf, head, sizeof(head));
+  for (int d = 0; d < ndim; ++d) append_le(buf, &sizes[d], 8);
+  const uint64_t n64 = nbytes;
+  append_le(buf, &n64, 8);
+  append_le(buf, chunk_hashes, 8 * n_chunks);
+  return XXH3_64bits(buf.data(), buf.size());
+}
+
+uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, const void* data,
+                                std::size_t nbytes, HashPool* pool) {
+  const std::size_t n = chunk_count(nbytes);
+  std::vector<uint64_t> hashes(n);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  auto hash_chunk = [&](std::size_t i) {
+    const std::size_t off = i * kFingerprintChunkBytes;
+    hashes[i] = XXH3_64bits(bytes + off, std::min(kFingerprintChunkBytes, nbytes - off));
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n, hash_chunk);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) hash_chunk(i);
+  }
+  return combine_chunk_hashes(dtype, sizes, ndim, nbytes, hashes.data(), n);
+}
+
+uint64_t fingerprint(const TensorView& view, HashPool* pool) {
+  const std::size_t es = dtype_size(view.dtype);
+  const int64_t numel = view.numel();
+  const std::size_t nbytes = static_cast<std::size_t>(numel) * es;
+  if (view.is_contiguous()) {
+    return fingerprint_contiguous(view.dtype, view.sizes, view.ndim, view.data, nbytes, pool);
+  }
+  // Strided: gather each chunk into a scratch buffer, then hash it. Chunk
+  // boundaries fall on element boundaries because every dtype size divides
+  // the chunk size.
+  const std::size_t n = chunk_count(nbytes);
+  std::vector<uint64_t> hashes(n);
+  const int64_t per_chunk = static_cast<int64_t>(kFingerprintChunkBytes / es);
+  auto hash_chunk = [&](std::size_t i) {
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(kFingerprintChunkBytes);
+    const int64_t begin = static_cast<int64_t>(i) * per_chunk;
+    const int64_t end = std::min(numel, begin + per_chunk);
+    gather_range(view, begin, end, scratch.data());
+    hashes[i] = XXH3_64bits(scratch.data(), static_cast<std::size_t>(end - begin) * es);
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n, hash_chunk);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) hash_chunk(i);
+  }
+  return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), n);
+}
+
+void gather_contiguous(const TensorView& view, void* out) {
+  const std::size_t nbytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
+  if (view.is_contiguous()) {
+    if (nbytes > 0) std::memcpy(out, view.data, nbytes);
+    return;
+  }
+  gather_range(view, 0, view.numel(), static_cast<uint8_t*>(out));
+}
+
+}  // namespace opguard::kernels

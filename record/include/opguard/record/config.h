@@ -1,0 +1,87 @@
+#pragma once
+// The recorder's configuration and sampling policy. Torch-free: the CLI parses
+// and validates the same strings before it launches a program, so a bad flag
+// fails before training starts.
+//
+// The policy travels to a preloaded recorder in environment variables
+// (kEnv* below), each in the text form that parse_* accepts and to_string writes.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace opguard::record {
+
+inline constexpr const char* kEnvOut = "OPGUARD_OUT";            // recording directory
+inline constexpr const char* kEnvPolicy = "OPGUARD_POLICY";      // SamplingPolicy text
+inline constexpr const char* kEnvQueue = "OPGUARD_QUEUE";        // QueueConfig text
+inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort on write failure
+inline constexpr const char* kEnvSync = "OPGUARD_SYNC";          // "1": fingerprint on the training thread
+inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
+inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
+inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
+
+// Exit status of a training process whose recorder failed under --strict.
+inline constexpr int kStrictExitCode = 74;
+
+struct StepRange {
+  int64_t first = 0;
+  int64_t last = 0;  // inclusive
+};
+
+struct EventWindow {
+  uint64_t event_id = 0;
+  uint64_t radius = 0;  // events of the same stream within [id-radius, id+radius]
+};
+
+// Which events get full tensors (inputs and outputs). Every given selector
+// must match (they narrow each other); within one selector any entry matches.
+// No selector and all=false: fingerprints only.
+struct SamplingPolicy {
+  bool all = false;
+  std::vector<StepRange> steps;
+  int64_t every = 0;  // steps divisible by `every`
+  std::string ops;     // ECMAScript regex over "aten::op.overload"
+  std::string scopes;  // ECMAScript regex over the scope path
+  std::vector<EventWindow> windows;
+  uint64_t budget_bytes = 0;  // 0: unlimited; once spent, no more full tensors
+
+  bool dumps_anything() const;
+  std::string to_string() const;
+};
+
+enum class QueueFullPolicy { kWait, kDrop };
+
+// The writer queue holds references to tensors until they are fingerprinted
+// and written. When the bytes it holds reach max_bytes: kWait makes the
+// training thread do the pending work itself until there is room (complete
+// recording, slower training); kDrop records the new event without
+// fingerprints (flagged, counted in the manifest).
+struct QueueConfig {
+  uint64_t max_bytes = uint64_t{1} << 30;
+  QueueFullPolicy policy = QueueFullPolicy::kWait;
+  std::string to_string() const;
+};
+
+// Parsers throw opguard::UsageError with one sentence naming the bad part.
+SamplingPolicy parse_policy(const std::string& text);
+QueueConfig parse_queue(const std::string& text);
+uint64_t parse_bytes(const std::string& text);  // "512M", "2G", "1000"
+StepRange parse_step_range(const std::string& text);  // "3", "2:5"
+EventWindow parse_window(const std::string& text);    // "1234", "1234:50", "2.57:10"
+
+struct RecorderConfig {
+  std::string out_dir;
+  SamplingPolicy policy;
+  QueueConfig queue;
+  bool strict = false;
+  bool sync = false;
+  int hash_threads = 1;
+  std::string command;
+
+  // From the kEnv* variables; nullopt when OPGUARD_OUT is unset.
+  static std::optional<RecorderConfig> from_env();
+};
+
+}  // namespace opguard::record

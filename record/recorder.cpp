@@ -1,0 +1,1003 @@
+// The RecordFunction hook: turns every top-level operator call into an Event.
+//
+// What runs on the training thread (per top-level op): reading the boxed
+// inputs and outputs into Values, assigning storage ids, and queueing the
+// tensors. Fingerprints and copies happen on the writer thread, except where
+// the op is about to overwrite a tensor: its old bits are fingerprinted first
+// (or known from the cache), because the writer would otherwise hash the new
+// ones.
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+#include <c10/core/StorageImpl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fcntl.h>
+#include <mutex>
+#include <regex>
+#include <sys/stat.h>
+#include <unordered_map>
+#include <xxhash.h>
+
+#include "opguard/core/error.h"
+#include "opguard/record/config.h"
+#include "opguard/record/recorder.h"
+#include "opguard/record/scope.h"
+#include "recorder_internal.h"
+#include "writer.h"
+
+namespace opguard::record {
+
+bool is_writer_thread();
+
+namespace {
+
+using formats::Phase;
+using formats::Value;
+using formats::ValueKind;
+
+constexpr const char* kNodePrefix = "autograd::engine::evaluate_function: ";
+constexpr const char* kOptimizerStepPrefix = "Optimizer.step#";
+constexpr const char* kOptimizerZeroGradPrefix = "Optimizer.zero_grad#";
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool starts_with(const char* s, const char* prefix) {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+std::string hex_double(double d) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%a", d);
+  return buf;
+}
+
+std::optional<DType> to_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Double: return DType::kFloat64;
+    case c10::ScalarType::Float: return DType::kFloat32;
+    case c10::ScalarType::Half: return DType::kFloat16;
+    case c10::ScalarType::BFloat16: return DType::kBFloat16;
+    case c10::ScalarType::Char: return DType::kInt8;
+    case c10::ScalarType::Short: return DType::kInt16;
+    case c10::ScalarType::Int: return DType::kInt32;
+    case c10::ScalarType::Long: return DType::kInt64;
+    case c10::ScalarType::Byte: return DType::kUInt8;
+    case c10::ScalarType::Bool: return DType::kBool;
+    case c10::ScalarType::ComplexFloat: return DType::kComplex64;
+    case c10::ScalarType::ComplexDouble: return DType::kComplex128;
+    case c10::ScalarType::UInt16: return DType::kUInt16;
+    case c10::ScalarType::UInt32: return DType::kUInt32;
+    case c10::ScalarType::UInt64: return DType::kUInt64;
+    case c10::ScalarType::Float8_e4m3fn: return DType::kFloat8E4M3;
+    case c10::ScalarType::Float8_e5m2: return DType::kFloat8E5M2;
+    default: return std::nullopt;
+  }
+}
+
+// --- per-thread state -------------------------------------------------------
+
+struct NodeFrame {
+  std::string node;
+  const std::string* scope = nullptr;
+};
+
+struct ThreadState {
+  bool initialised = false;
+  uint32_t stream = 0;
+  uint64_t next_seq = 0;
+  uint64_t tid = 0;
+  int op_depth = 0;  // open operator ranges on this thread
+  std::vector<const std::string*> scopes;  // interned full paths, innermost last
+  std::vector<Phase> phases;               // explicit phase ranges
+  std::vector<NodeFrame> nodes;            // autograd node ranges
+  Phase last_phase = Phase::kOther;
+  std::unordered_map<std::string, bool> op_regex_cache;
+  std::unordered_map<const std::string*, bool> scope_regex_cache;
+  uint64_t generation = 0;  // Recorder generation these caches belong to
+};
+
+thread_local ThreadState t_state;
+
+// What the start callback hands to the end callback.
+struct Context : at::ObserverContext {
+  enum Kind { kScope, kPhase, kNode, kOptimizer, kEvent };
+  explicit Context(Kind k) : kind(k) {}
+  Kind kind;
+  std::unique_ptr<PendingEvent> pending;
+};
+
+}  // namespace
+
+// --- the recorder ----------------------------------------------------------
+
+struct RecorderImpl {
+  RecorderConfig config;
+  std::regex ops_re, scopes_re;
+  int rank = 0;
+  int world_size = 1;
+  std::string rank_dir;
+  uint64_t generation = 0;
+
+  std::atomic<bool> active{false};
+  std::atomic<bool> failed{false};
+  std::atomic<int64_t> step{0};
+  std::atomic<bool> explicit_steps{false};
+  std::atomic<bool> optimizer_ranges{false};
+  std::atomic<uint64_t> dumped_bytes{0};
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<uint64_t> events{0};
+  std::atomic<bool> budget_exhausted{false};
+  std::atomic<uint32_t> next_stream{1};
+  at::CallbackHandle handle = 0;
+  int64_t start_ns = 0;
+  std::string start_time;
+
+  std::once_flag open_once;
+  std::atomic<bool> opened{false};
+  std::atomic<bool> refused{false};  // another process owns this rank
+  std::unique_ptr<Writer> writer;
+  formats::Manifest manifest;
+
+  // Interned strings and operator facts; entries never move or die while the
+  // recorder lives, so events keep raw pointers to them.
+  std::mutex intern_mutex;
+  std::deque<std::string> scope_strings;
+  std::unordered_map<std::string, const std::string*> scope_index;
+  std::unordered_map<c10::OperatorName, std::unique_ptr<OpInfo>> ops;
+
+  // Storage identity: the same StorageImpl has one id while it lives.
+  struct StorageEntry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> weak;
+    uint64_t id;
+  };
+  std::mutex storage_mutex;
+  std::unordered_map<const c10::StorageImpl*, StorageEntry> storage_ids;
+  uint64_t next_storage_id = 1;
+  uint64_t storage_inserts = 0;
+  // Storages whose bits are uninitialised memory (made by empty*), until an
+  // operator first writes them.
+  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> uninit;
+
+  // Forward scope of each autograd node, by (forward thread, sequence nr).
+  std::mutex node_mutex;
+  std::unordered_map<uint64_t, const std::string*> node_scopes;
+
+  const std::string* intern_scope(const std::string& s) {
+    std::lock_guard<std::mutex> lock(intern_mutex);
+    auto it = scope_index.find(s);
+    if (it != scope_index.end()) return it->second;
+    scope_strings.push_back(s);
+    const std::string* p = &scope_strings.back();
+    scope_index.emplace(s, p);
+    return p;
+  }
+
+  const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
+  uint64_t storage_id(const at::Tensor& t);
+  bool take_uninitialized(const c10::StorageImpl* s, bool clear);
+  void mark_uninitialized(const at::Tensor& t);
+  void open_recording();
+  void write_manifest(bool final_write);
+  bool wants_dump(const ThreadState& ts, const OpInfo& op, const std::string* scope,
+                  uint32_t stream, uint64_t seq, int64_t step);
+};
+
+// The active recorder. Never freed: a callback already running on another
+// thread may still read it after stop().
+RecorderImpl* g_recorder = nullptr;
+
+namespace {
+
+std::mutex g_lifecycle_mutex;
+std::atomic<bool> g_in_forked_child{false};
+uint64_t g_generation = 0;
+
+bool is_empty_op(const std::string& name) {
+  static const char* kEmpty[] = {"aten::empty",     "aten::empty_like",        "aten::empty_strided",
+                                 "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"};
+  for (const char* e : kEmpty)
+    if (name == e) return true;
+  return false;
+}
+
+bool is_random_op(const std::string& name, const c10::FunctionSchema& schema) {
+  for (const auto& arg : schema.arguments()) {
+    auto type = arg.type();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+    if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  }
+  static const char* kRandom[] = {"aten::dropout",       "aten::dropout_",        "aten::native_dropout",
+                                  "aten::feature_dropout", "aten::alpha_dropout", "aten::rand",
+                                  "aten::randn",         "aten::randint",         "aten::rand_like",
+                                  "aten::randn_like",    "aten::randint_like",    "aten::randperm",
+                                  "aten::rrelu",         "aten::rrelu_"};
+  for (const char* r : kRandom)
+    if (name == r) return true;
+  return false;
+}
+
+}  // namespace
+
+const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::OperatorName& name) {
+  std::lock_guard<std::mutex> lock(intern_mutex);
+  auto it = ops.find(name);
+  if (it != ops.end()) return it->second.get();
+  auto info = std::make_unique<OpInfo>();
+  info->op = name.name;
+  info->overload = name.overload_name;
+  info->is_mark = info->op == "opguard::mark";
+  info->ignored = !info->is_mark && (starts_with(info->op.c_str(), "opguard::") ||
+                                     starts_with(info->op.c_str(), "profiler::"));
+  info->makes_uninitialized = is_empty_op(info->op);
+  auto handle = c10::Dispatcher::singleton().findSchema(name);
+  if (handle) {
+    const auto& schema = handle->schema();
+    std::ostringstream text;
+    text << schema;
+    info->schema = text.str();
+    for (const auto& arg : schema.arguments()) {
+      info->arg_names.push_back(arg.name());
+      info->arg_written.push_back(arg.alias_info() != nullptr && arg.alias_info()->isWrite());
+      auto type = arg.real_type();
+      if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+      switch (type->kind()) {
+        case c10::TypeKind::ScalarTypeType: info->arg_int_kind.push_back(IntKind::kScalarType); break;
+        case c10::TypeKind::LayoutType: info->arg_int_kind.push_back(IntKind::kLayout); break;
+        case c10::TypeKind::MemoryFormatType: info->arg_int_kind.push_back(IntKind::kMemoryFormat); break;
+        default: info->arg_int_kind.push_back(IntKind::kPlain); break;
+      }
+    }
+    for (const auto& ret : schema.returns()) info->return_names.push_back(ret.name());
+    info->random = is_random_op(info->op, schema);
+  }
+  const OpInfo* p = info.get();
+  ops.emplace(name, std::move(info));
+  return p;
+}
+
+uint64_t RecorderImpl::storage_id(const at::Tensor& t) {
+  const c10::Storage& storage = t.storage();
+  const c10::StorageImpl* key = storage.unsafeGetStorageImpl();
+  std::lock_guard<std::mutex> lock(storage_mutex);
+  auto it = storage_ids.find(key);
+  if (it != storage_ids.end()) {
+    if (it->second.weak.lock().get() == key) return it->second.id;
+    storage_ids.erase(it);  // a new storage at a recycled address
+  }
+  if (++storage_inserts % 4096 == 0) {
+    for (auto i = storage_ids.begin(); i != storage_ids.end();) {
+      i = i->second.weak.expired() ? storage_ids.erase(i) : std::next(i);
+    }
+    for (auto i = uninit.begin(); i != uninit.end();) {
+      i = i->second.expired() ? uninit.erase(i) : std::next(i);
+    }
+  }
+  const uint64_t id = next_storage_id++;
+  storage_ids.emplace(key, StorageEntry{storage.getWeakStorageImpl(), id});
+  return id;
+}
+
+bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
+  std::lock_guard<std::mutex> lock(storage_mutex);
+  auto it = uninit.find(s);
+  if (it == uninit.end()) return false;
+  if (it->second.lock().get() != s) {
+    uninit.erase(it);
+    return false;
+  }
+  if (clear) uninit.erase(it);
+  return true;
+}
+
+void RecorderImpl::mark_uninitialized(const at::Tensor& t) {
+  std::lock_guard<std::mutex> lock(storage_mutex);
+  uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), t.storage().getWeakStorageImpl());
+}
+
+bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std::string* scope,
+                              uint32_t stream, uint64_t seq, int64_t step) {
+  const SamplingPolicy& p = config.policy;
+  if (budget_exhausted.load(std::memory_order_relaxed)) return false;
+  if (op.is_mark) return true;  // marks are boundaries: always full
+  if (p.all) return true;
+  if (!p.dumps_anything()) return false;
+  if (!p.steps.empty()) {
+    bool any = false;
+    for (const auto& r : p.steps) any = any || (step >= r.first && step <= r.last);
+    if (!any) return false;
+  }
+  if (p.every > 0 && step % p.every != 0) return false;
+  auto& mutable_ts = const_cast<ThreadState&>(ts);
+  if (!p.ops.empty()) {
+    const std::string key = op.overload.empty() ? op.op : op.op + "." + op.overload;
+    auto it = mutable_ts.op_regex_cache.find(key);
+    if (it == mutable_ts.op_regex_cache.end())
+      it = mutable_ts.op_regex_cache.emplace(key, std::regex_search(key, ops_re)).first;
+    if (!it->second) return false;
+  }
+  if (!p.scopes.empty()) {
+    auto it = mutable_ts.scope_regex_cache.find(scope);
+    if (it == mutable_ts.scope_regex_cache.end())
+      it = mutable_ts.scope_regex_cache.emplace(scope, std::regex_search(*scope, scopes_re)).first;
+    if (!it->second) return false;
+  }
+  if (!p.windows.empty()) {
+    bool any = false;
+    for (const auto& w : p.windows) {
+      const uint64_t wstream = w.event_id >> 48;
+      const uint64_t wseq = w.event_id & ((uint64_t{1} << 48) - 1);
+      const uint64_t lo = wseq > w.radius ? wseq - w.radius : 0;
+      any = any || (wstream == stream && seq >= lo && seq <= wseq + w.radius);
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+// --- building values ----------------------------------------------------------
+
+namespace {
+
+struct ValueBuilder {
+  RecorderImpl& rec;
+  PendingEvent& pending;
+  bool dump;
+  std::vector<Value>& values;
+  std::vector<TensorTaskPtr> tasks;  // parallel to values
+
+  void add(Value v, TensorTaskPtr task = nullptr) {
+    values.push_back(std::move(v));
+    tasks.push_back(std::move(task));
+  }
+
+  void add_tensor(const at::Tensor& t, const std::string& name, bool written) {
+    Value v;
+    v.name = name;
+    v.mutated = written;
+    if (!t.defined()) {
+      v.kind = ValueKind::kNone;
+      v.text = "undefined";
+      add(std::move(v));
+      return;
+    }
+    v.kind = ValueKind::kTensor;
+    auto task = std::make_shared<TensorTask>();
+    formats::TensorMeta& m = task->meta;
+    auto dtype = to_dtype(t.scalar_type());
+    const bool hashable = dtype && t.layout() == c10::kStrided && t.has_storage() &&
+                          !t.is_meta() && (t.device().is_cpu() || t.device().is_cuda());
+    m.dtype = dtype.value_or(DType::kUInt8);
+    m.sizes.assign(t.sizes().begin(), t.sizes().end());
+    if (t.layout() == c10::kStrided) {
+      m.strides.assign(t.strides().begin(), t.strides().end());
+      m.storage_offset = t.storage_offset();
+    } else {
+      m.strides.assign(m.sizes.size(), 0);
+    }
+    m.device = t.device().str();
+    if (!hashable) {
+      m.flags |= formats::kTensorNotFingerprinted;
+      task->fingerprint = false;
+      task->state.store(TensorTask::kDone);
+      v.tensor = m;
+      add(std::move(v), task);
+      return;
+    }
+    m.storage_id = rec.storage_id(t);
+    m.version = static_cast<uint32_t>(t._version());
+    task->storage = t.storage().unsafeGetStorageImpl();
+    task->tensor = t;
+    task->dump = dump;
+    task->nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    v.tensor = m;
+    add(std::move(v), task);
+  }
+
+  void add_ivalue(const c10::IValue& iv, const std::string& name, bool written, IntKind int_kind) {
+    if (iv.isTensor()) {
+      add_tensor(iv.toTensor(), name, written);
+      return;
+    }
+    Value v;
+    v.name = name;
+    v.mutated = written;
+    if (iv.isTensorList() || (iv.isList() && iv.toListRef().size() > 0 &&
+                              (iv.toListRef()[0].isTensor() || iv.toListRef()[0].isNone()) &&
+                              !iv.isIntList() && !iv.isDoubleList() && !iv.isBoolList())) {
+      auto list = iv.toListRef();
+      v.kind = ValueKind::kTensorList;
+      v.list_len = static_cast<int32_t>(list.size());
+      add(std::move(v));
+      for (const auto& element : list) {
+        if (element.isTensor()) {
+          add_tensor(element.toTensor(), name, written);
+        } else {
+          Value none;
+          none.kind = ValueKind::kNone;
+          none.name = name;
+          add(std::move(none));
+        }
+      }
+      return;
+    }
+    if (iv.isNone()) {
+      v.kind = ValueKind::kNone;
+    } else if (iv.isBool()) {
+      v.kind = ValueKind::kBool;
+      v.text = iv.toBool() ? "true" : "false";
+    } else if (iv.isInt()) {
+      if (int_kind == IntKind::kScalarType) {
+        v.kind = ValueKind::kScalarType;
+        auto d = to_dtype(static_cast<c10::ScalarType>(iv.toInt()));
+        v.text = d ? std::string(dtype_name(*d)) : std::to_string(iv.toInt());
+      } else if (int_kind == IntKind::kLayout) {
+        v.kind = ValueKind::kLayout;
+        std::ostringstream s;
+        s << static_cast<c10::Layout>(iv.toInt());
+        v.text = s.str();
+      } else if (int_kind == IntKind::kMemoryFormat) {
+        v.kind = ValueKind::kMemoryFormat;
+        std::ostringstream s;
+        s << static_cast<c10::MemoryFormat>(iv.toInt());
+        v.text = s.str();
+      } else {
+        v.kind = ValueKind::kInt;
+        v.text = std::to_string(iv.toInt());
+      }
+    } else if (iv.isDouble()) {
+      v.kind = ValueKind::kDouble;
+      v.text = hex_double(iv.toDouble());
+    } else if (iv.isComplexDouble()) {
+      v.kind = ValueKind::kComplex;
+      auto c = iv.toComplexDouble();
+      v.text = "(" + hex_double(c.real()) + "," + hex_double(c.imag()) + ")";
+    } else if (iv.isString()) {
+      v.kind = ValueKind::kString;
+      v.text = iv.toStringRef();
+    } else if (iv.isIntList()) {
+      v.kind = ValueKind::kIntList;
+      std::string s = "[";
+      const auto list = iv.toIntList();
+      for (std::size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list.get(i));
+      v.text = s + "]";
+    } else if (iv.isDoubleList()) {
+      v.kind = ValueKind::kDoubleList;
+      std::string s = "[";
+      const auto list = iv.toDoubleList();
+      for (std::size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + hex_double(list.get(i));
+      v.text = s + "]";
+    } else if (iv.isBoolList()) {
+      v.kind = ValueKind::kBoolList;
+      std::string s = "[";
+      const auto list = iv.toBoolList();
+      for (std::size_t i = 0; i < list.size(); ++i) s += std::string(i ? "," : "") + (list.get(i) ? "true" : "false");
+      v.text = s + "]";
+    } else if (iv.isDevice()) {
+      v.kind = ValueKind::kDevice;
+      v.text = iv.toDevice().str();
+    } else if (iv.isGenerator()) {
+      add_generator(iv.toGenerator(), name);
+      return;
+    } else if (iv.isList() && iv.toListRef().empty()) {
+      v.kind = ValueKind::kIntList;  // an empty list of any element type
+      v.text = "[]";
+    } else {
+      v.kind = ValueKind::kOther;
+      v.text = iv.tagKind();
+    }
+    add(std::move(v));
+  }
+
+  // A random generator's state is an argument of the op that draws from it:
+  // recorded as a uint8 tensor (the state bytes), fingerprinted and dumped
+  // like any input so that diff compares it and replay can restore it.
+  void add_generator(at::Generator gen, const std::string& name) {
+    at::Tensor state;
+    {
+      at::RecordFunctionGuard no_recording(false);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
+    add_tensor(state, name.empty() ? "<generator>" : name, false);
+    values.back().kind = ValueKind::kGenerator;
+    values.back().text = gen.device().str();
+  }
+};
+
+}  // namespace
+
+// --- callbacks ---------------------------------------------------------------
+
+namespace {
+
+Phase current_phase(const ThreadState& ts) {
+  if (!ts.nodes.empty()) return Phase::kBackward;
+  if (!ts.phases.empty()) return ts.phases.back();
+  return at::GradMode::is_enabled() ? Phase::kForward : Phase::kOther;
+}
+
+const std::string* current_scope(RecorderImpl& rec, const ThreadState& ts) {
+  if (!ts.nodes.empty() && ts.nodes.back().scope != nullptr) return ts.nodes.back().scope;
+  if (!ts.scopes.empty()) return ts.scopes.back();
+  static const std::string kEmpty;
+  return &kEmpty;
+}
+
+void init_thread(RecorderImpl& rec, ThreadState& ts) {
+  if (ts.initialised && ts.generation == rec.generation) return;
+  const uint64_t tid = static_cast<uint64_t>(syscall(SYS_gettid));
+  const bool main_thread = tid == static_cast<uint64_t>(getpid());
+  const bool keep_stream = ts.initialised;  // a new recorder generation in the same thread
+  ts = ThreadState();
+  ts.initialised = true;
+  ts.generation = rec.generation;
+  ts.tid = tid;
+  ts.stream = main_thread ? 0 : rec.next_stream.fetch_add(1);
+  (void)keep_stream;
+}
+
+void fail_once(RecorderImpl& rec, const std::string& what) {
+  if (rec.failed.exchange(true)) return;
+  std::fprintf(stderr, "opguard: recording stopped: %s; the training continues unrecorded\n",
+               what.c_str());
+  if (rec.config.strict) {
+    std::fprintf(stderr, "opguard: --strict was given: aborting the run (exit %d)\n",
+                 kStrictExitCode);
+    std::fflush(stderr);
+    std::_Exit(kStrictExitCode);
+  }
+}
+
+// Fingerprints now (on this thread) the tensors the op is about to overwrite.
+void settle_written_inputs(RecorderImpl& rec, PendingEvent& pending, std::vector<TensorTaskPtr>& tasks,
+                           const std::vector<Value>& values) {
+  std::vector<const c10::StorageImpl*> written;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].mutated && tasks[i] && tasks[i]->storage) written.push_back(tasks[i]->storage);
+  }
+  if (written.empty()) return;
+  for (const auto* s : written) rec.writer->flush_storage(s);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    auto& task = tasks[i];
+    if (!task || !task->storage || task->state.load() == TensorTask::kDone) continue;
+    if (std::find(written.begin(), written.end(), task->storage) == written.end()) continue;
+    if (rec.take_uninitialized(task->storage, values[i].mutated)) {
+      // Old contents of a buffer made by empty*: not data, not fingerprinted.
+      task->meta.flags |= formats::kTensorUninitialized;
+      task->fingerprint = false;
+      task->dump = false;
+      task->tensor = at::Tensor();
+      task->state.store(TensorTask::kDone);
+      continue;
+    }
+    uint64_t fp = 0;
+    if (!task->dump && rec.writer->cached_fingerprint(task->tensor, task->meta.storage_id, &fp)) {
+      task->meta.fingerprint = fp;
+      task->tensor = at::Tensor();
+      task->state.store(TensorTask::kDone);
+      continue;
+    }
+    rec.writer->run_task(*task);
+  }
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return nullptr;
+  RecorderImpl* recp = g_recorder;
+  if (recp == nullptr || !recp->active.load(std::memory_order_acquire)) return nullptr;
+  RecorderImpl& rec = *recp;
+  ThreadState& ts = t_state;
+  init_thread(rec, ts);
+
+  auto op_name = fn.operator_name();
+  if (!op_name) {
+    // A range, not an operator: scopes, phases, steps, autograd nodes.
+    const char* name = fn.name();
+    if (name == nullptr) return nullptr;
+    if (fn.scope() == at::RecordScope::USER_SCOPE) {
+      if (starts_with(name, kScopeRangePrefix)) {
+        std::string path = name + std::strlen(kScopeRangePrefix);
+        if (!path.empty() && path[0] == '=') {
+          path.erase(0, 1);  // an absolute path (the Python hooks name modules in full)
+        } else if (!ts.scopes.empty() && !ts.scopes.back()->empty()) {
+          path = *ts.scopes.back() + "." + path;
+        }
+        ts.scopes.push_back(rec.intern_scope(path));
+        return std::make_unique<Context>(Context::kScope);
+      }
+      if (starts_with(name, kPhaseRangePrefix)) {
+        auto phase = formats::phase_from_name(name + std::strlen(kPhaseRangePrefix));
+        ts.phases.push_back(phase.value_or(Phase::kOther));
+        return std::make_unique<Context>(Context::kPhase);
+      }
+      if (std::strcmp(name, kStepRangeName) == 0) {
+        rec.explicit_steps.store(true);
+        Recorder::step();
+        return nullptr;
+      }
+      if (starts_with(name, kOptimizerStepPrefix) || starts_with(name, kOptimizerZeroGradPrefix)) {
+        ts.phases.push_back(Phase::kOptimizer);
+        auto ctx = std::make_unique<Context>(Context::kOptimizer);
+        if (starts_with(name, kOptimizerStepPrefix)) rec.optimizer_ranges.store(true);
+        return ctx;
+      }
+      return nullptr;
+    }
+    const bool node_range = fn.scope() == at::RecordScope::BACKWARD_FUNCTION || starts_with(name, kNodePrefix);
+    if (node_range) {
+      NodeFrame frame;
+      frame.node = starts_with(name, kNodePrefix) ? name + std::strlen(kNodePrefix) : name;
+      if (fn.seqNr() >= 0) {
+        const uint64_t key = (fn.forwardThreadId() << 40) ^ static_cast<uint64_t>(fn.seqNr());
+        std::lock_guard<std::mutex> lock(rec.node_mutex);
+        auto it = rec.node_scopes.find(key);
+        if (it != rec.node_scopes.end()) frame.scope = it->second;
+      }
+      if (frame.scope == nullptr && !ts.nodes.empty()) frame.scope = ts.nodes.back().scope;
+      ts.nodes.push_back(std::move(frame));
+      return std::make_unique<Context>(Context::kNode);
+    }
+    return nullptr;
+  }
+
+  // An operator.
+  const int depth = ts.op_depth++;
+  if (fn.seqNr() >= 0 && ts.nodes.empty()) {
+    // Remember the module scope of the autograd node this op creates, so
+    // that its backward ops carry the same scope.
+    const uint64_t key = (fn.threadId() << 40) ^ static_cast<uint64_t>(fn.seqNr());
+    const std::string* scope = current_scope(rec, ts);
+    std::lock_guard<std::mutex> lock(rec.node_mutex);
+    if (rec.node_scopes.size() > (1u << 20)) rec.node_scopes.clear();
+    rec.node_scopes[key] = scope;
+  }
+  if (depth > 0) return nullptr;  // nested inside another op: not an event
+  if (!rec.opened.load(std::memory_order_acquire)) {
+    std::call_once(rec.open_once, [&] { rec.open_recording(); });
+  }
+  if (rec.failed.load(std::memory_order_relaxed) || rec.refused.load() || !rec.writer) return nullptr;
+
+  const OpInfo* op = rec.op_info(fn, *op_name);
+  if (op->ignored) return nullptr;
+
+  auto ctx = std::make_unique<Context>(Context::kEvent);
+  ctx->pending = std::make_unique<PendingEvent>();
+  PendingEvent& pending = *ctx->pending;
+  formats::Event& ev = pending.event;
+  const Phase phase = current_phase(ts);
+  // Fallback step boundary for programs that neither call mark_step() nor run
+  // PyTorch's Optimizer.step: a forward op after backward ops on the main
+  // thread starts a new step.
+  if (ts.stream == 0 && !rec.explicit_steps.load() && !rec.optimizer_ranges.load() &&
+      phase == Phase::kForward && ts.last_phase == Phase::kBackward) {
+    Recorder::step();
+  }
+  ts.last_phase = phase;
+  ev.stream = ts.stream;
+  ev.seq = ts.next_seq++;
+  ev.id = formats::make_event_id(ev.stream, ev.seq);
+  ev.thread = ts.tid;
+  ev.phase = phase;
+  ev.step = rec.step.load();
+  if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
+  pending.op = op;
+  pending.scope = current_scope(rec, ts);
+  const bool dump = rec.wants_dump(ts, *op, pending.scope, ev.stream, ev.seq, ev.step);
+
+  ValueBuilder inputs{rec, pending, dump, ev.inputs, {}};
+  const auto args = fn.inputs();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool named = i < op->arg_names.size();
+    inputs.add_ivalue(args[i], named ? op->arg_names[i] : "", named && op->arg_written[i],
+                      named ? op->arg_int_kind[i] : IntKind::kPlain);
+  }
+  if (op->random) {
+    bool has_generator_arg = false;
+    for (const auto& v : ev.inputs) has_generator_arg = has_generator_arg || v.kind == ValueKind::kGenerator;
+    if (!has_generator_arg) inputs.add_generator(at::detail::getDefaultCPUGenerator(), "<default_generator>");
+  }
+  // Inputs that are uninitialised memory are never fingerprinted.
+  for (std::size_t i = 0; i < inputs.tasks.size(); ++i) {
+    auto& task = inputs.tasks[i];
+    if (task && task->storage && !ev.inputs[i].mutated && rec.take_uninitialized(task->storage, false)) {
+      task->meta.flags |= formats::kTensorUninitialized;
+      task->fingerprint = false;
+      task->dump = false;
+      task->tensor = at::Tensor();
+      task->state.store(TensorTask::kDone);
+    }
+  }
+  settle_written_inputs(rec, pending, inputs.tasks, ev.inputs);
+  if (rec.config.sync) {
+    for (auto& task : inputs.tasks)
+      if (task) rec.writer->run_task(*task);
+  }
+  pending.tasks = std::move(inputs.tasks);
+  ev.t_start_ns = now_ns();
+  return ctx;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+  if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return;
+  RecorderImpl* recp = g_recorder;
+  if (recp == nullptr) return;
+  RecorderImpl& rec = *recp;
+  ThreadState& ts = t_state;
+  if (!ts.initialised || ts.generation != rec.generation) return;
+  auto* ctx = static_cast<Context*>(raw);
+  if (ctx == nullptr) {
+    if (fn.operator_name() && ts.op_depth > 0) --ts.op_depth;
+    return;
+  }
+  switch (ctx->kind) {
+    case Context::kScope:
+      if (!ts.scopes.empty()) ts.scopes.pop_back();
+      return;
+    case Context::kPhase:
+      if (!ts.phases.empty()) ts.phases.pop_back();
+      return;
+    case Context::kOptimizer:
+      if (!ts.phases.empty()) ts.phases.pop_back();
+      if (std::strncmp(fn.name(), kOptimizerStepPrefix, std::strlen(kOptimizerStepPrefix)) == 0 &&
+          !rec.explicit_steps.load() && ts.phases.empty())
+        Recorder::step();
+      return;
+    case Context::kNode:
+      if (!ts.nodes.empty()) ts.nodes.pop_back();
+      return;
+    case Context::kEvent:
+      break;
+  }
+  if (ts.op_depth > 0) --ts.op_depth;
+  if (!ctx->pending || !rec.active.load() || rec.failed.load() || !rec.writer) return;
+  PendingEvent& pending = *ctx->pending;
+  formats::Event& ev = pending.event;
+  ev.t_end_ns = now_ns();
+  const OpInfo& op = *pending.op;
+  const bool dump = !pending.tasks.empty()
+                        ? std::any_of(pending.tasks.begin(), pending.tasks.end(),
+                                      [](const TensorTaskPtr& t) { return t && t->dump; })
+                        : rec.wants_dump(ts, op, pending.scope, ev.stream, ev.seq, ev.step);
+  ValueBuilder outputs{rec, pending, dump, ev.outputs, {}};
+  const auto& outs = fn.outputs();
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
+                       IntKind::kPlain);
+  }
+  for (std::size_t i = 0; i < outputs.tasks.size(); ++i) {
+    auto& task = outputs.tasks[i];
+    if (!task || !task->storage) continue;
+    if (op.makes_uninitialized) {
+      rec.mark_uninitialized(task->tensor);
+    } else if (!rec.take_uninitialized(task->storage, false)) {
+      continue;
+    }
+    task->meta.flags |= formats::kTensorUninitialized;
+    task->fingerprint = false;
+    task->dump = false;
+    task->tensor = at::Tensor();
+    task->state.store(TensorTask::kDone);
+  }
+  for (auto& task : outputs.tasks) pending.tasks.push_back(std::move(task));
+
+  uint64_t bytes = 0;
+  for (const auto& task : pending.tasks)
+    if (task && task->state.load() != TensorTask::kDone) bytes += task->nbytes;
+  if (dump) {
+    const uint64_t total = rec.dumped_bytes.fetch_add(bytes) + bytes;
+    if (rec.config.policy.budget_bytes > 0 && total > rec.config.policy.budget_bytes)
+      rec.budget_exhausted.store(true);
+  }
+  if (rec.config.queue.policy == QueueFullPolicy::kDrop && !rec.writer->has_room(bytes)) {
+    for (auto& task : pending.tasks) {
+      if (!task || task->state.load() == TensorTask::kDone) continue;
+      task->meta.flags |= formats::kTensorDropped;
+      task->fingerprint = false;
+      task->dump = false;
+      task->tensor = at::Tensor();
+      task->state.store(TensorTask::kDone);
+      rec.dropped.fetch_add(1);
+    }
+    bytes = 0;
+  }
+  if (rec.config.sync) {
+    for (auto& task : pending.tasks)
+      if (task) rec.writer->run_task(*task);
+  }
+  pending.queued_bytes = bytes;
+  ev.step = rec.step.load();
+  rec.events.fetch_add(1, std::memory_order_relaxed);
+  rec.writer->enqueue(std::move(ctx->pending));
+}
+
+void on_fork_child() { g_in_forked_child.store(true); }
+
+}  // namespace
+
+// --- recording directory and manifest ------------------------------------------
+
+void RecorderImpl::open_recording() {
+  try {
+    if (::mkdir(config.out_dir.c_str(), 0777) != 0 && errno != EEXIST)
+      throw IoError("cannot create the recording directory " + config.out_dir + ": " + std::strerror(errno));
+    if (::mkdir(rank_dir.c_str(), 0777) != 0 && errno != EEXIST)
+      throw IoError("cannot create " + rank_dir + ": " + std::strerror(errno));
+    // One process per rank directory: a launcher (torchrun) or a second
+    // program in the same command line must not interleave with the rank.
+    const std::string lock_path = rank_dir + "/owner.pid";
+    int fd = ::open(lock_path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) {
+      refused.store(true);
+      std::fprintf(stderr,
+                   "opguard: %s is already recorded by another process; process %d is not recorded\n",
+                   rank_dir.c_str(), static_cast<int>(getpid()));
+      opened.store(true);
+      return;
+    }
+    const std::string pid = std::to_string(getpid()) + "\n";
+    if (::write(fd, pid.data(), pid.size()) < 0) {
+      // The lock file's content is informational only.
+    }
+    ::close(fd);
+    collect_run_info(manifest);
+    write_manifest(false);
+    writer = std::make_unique<Writer>(rank_dir, rank, step.load(), config,
+                                      [this](const std::string& m) { fail_once(*this, m); });
+  } catch (const std::exception& e) {
+    fail_once(*this, e.what());
+  }
+  opened.store(true, std::memory_order_release);
+}
+
+void RecorderImpl::write_manifest(bool final_write) {
+  manifest.rank = rank;
+  manifest.world_size = world_size;
+  manifest.info["sampling_policy"] = config.policy.to_string();
+  manifest.info["queue"] = config.queue.to_string();
+  manifest.info["sync_fingerprints"] = config.sync ? "1" : "0";
+  manifest.info["strict"] = config.strict ? "1" : "0";
+  if (!config.command.empty()) manifest.info["record_command"] = config.command;
+  if (final_write) {
+    collect_end_info(manifest);
+    manifest.info["end_time"] = iso_time_now();
+    manifest.info["clean_exit"] = failed.load() ? "0" : "1";
+    manifest.info["recording_failed"] = failed.load() ? "1" : "0";
+    manifest.info["events"] = std::to_string(writer ? writer->events_written() : 0);
+    manifest.info["dropped_tensors"] = std::to_string(dropped.load());
+    manifest.info["bytes_written"] = std::to_string(writer ? writer->bytes_written() : 0);
+    manifest.info["dump_budget_exhausted"] = budget_exhausted.load() ? "1" : "0";
+    manifest.info["steps"] = std::to_string(step.load() + 1);
+  } else {
+    manifest.info["start_time"] = start_time;
+    manifest.info["clean_exit"] = "0";
+  }
+  formats::write_manifest(rank_dir + "/manifest.h5", manifest);
+}
+
+// --- public API --------------------------------------------------------------
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return (end && *end == '\0' && n >= 0) ? static_cast<int>(n) : fallback;
+}
+
+}  // namespace
+
+void start_recording(const RecorderConfig& config) {
+  std::lock_guard<std::mutex> lock(g_lifecycle_mutex);
+  if (g_recorder != nullptr && g_recorder->active.load())
+    throw UsageError("opguard is already recording into " + g_recorder->config.out_dir +
+                     ": stop it first (or do not call start under `opguard record`)");
+  if (config.out_dir.empty()) throw UsageError("the recording needs an output directory");
+  auto* rec = new RecorderImpl();
+  rec->config = config;
+  rec->ops_re = std::regex(config.policy.ops.empty() ? "." : config.policy.ops, std::regex::ECMAScript);
+  rec->scopes_re = std::regex(config.policy.scopes.empty() ? "." : config.policy.scopes, std::regex::ECMAScript);
+  rec->rank = env_int("RANK", env_int("LOCAL_RANK", 0));
+  rec->world_size = env_int("WORLD_SIZE", 1);
+  rec->rank_dir = formats::rank_dir(config.out_dir, rec->rank);
+  rec->generation = ++g_generation;
+  rec->start_ns = now_ns();
+  rec->start_time = iso_time_now();
+  static std::once_flag fork_once;
+  std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
+  // A previous recorder of this process stays allocated (never freed): a
+  // callback already running on another thread may still read it.
+  g_recorder = rec;
+  rec->active.store(true, std::memory_order_release);
+  rec->handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(on_start, on_end)
+          .needsInputs(true)
+          .needsOutputs(true)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                   at::RecordScope::USER_SCOPE}));
+}
+
+void stop_recording() {
+  std::lock_guard<std::mutex> lock(g_lifecycle_mutex);
+  RecorderImpl* rec = g_recorder;
+  if (rec == nullptr || !rec->active.load()) return;
+  if (g_in_forked_child.load()) return;
+  at::removeCallback(rec->handle);
+  rec->active.store(false);
+  if (rec->writer) {
+    rec->writer->finish();
+    if (rec->writer->failed()) rec->failed.store(true);
+  }
+  if (rec->opened.load() && !rec->refused.load()) {
+    try {
+      rec->write_manifest(true);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "opguard: could not write the final manifest: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace opguard::record
+
+namespace opguard {
+
+using record::g_recorder;
+using record::RecorderImpl;
+
+void Recorder::start(const RecorderOptions& options) {
+  record::RecorderConfig config;
+  config.out_dir = options.out_dir;
+  config.policy = record::parse_policy(options.policy);
+  config.queue = record::parse_queue(options.queue);
+  config.strict = options.strict;
+  config.sync = options.sync;
+  config.hash_threads = options.hash_threads;
+  record::start_recording(config);
+}
+
+void Recorder::stop() { record::stop_recording(); }
+
+bool Recorder::active() {
+  RecorderImpl* rec = g_recorder;
+  return rec != nullptr && rec->active.load();
+}
+
+void Recorder::step() {
+  RecorderImpl* rec = g_recorder;
+  if (rec == nullptr || !rec->active.load()) return;
+  rec->step.fetch_add(1);
+  if (rec->writer && !rec->failed.load()) rec->writer->end_step();
+}
+
+void Recorder::mark(const at::Tensor& tensor, const std::string& name) { record::mark_tensor(tensor, name); }
+
+RecorderStats Recorder::stats() {
+  RecorderStats s;
+  RecorderImpl* rec = g_recorder;
+  if (rec == nullptr) return s;
+  s.events = rec->events.load();
+  s.dropped_tensors = rec->dropped.load();
+  s.bytes_written = rec->writer ? rec->writer->bytes_written() : 0;
+  s.step = rec->step.load();
+  s.failed = rec->failed.load();
+  return s;
+}
+
+}  // namespace opguard

@@ -1,0 +1,147 @@
+// Manifest facts: everything about the process that can change the bits an
+// operator computes (DESIGN.md, Config), read once when the recording opens
+// and again at the end (a program may change threads after its first op).
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <ATen/native/DispatchStub.h>
+#include <c10/core/DefaultDtype.h>
+#include <hdf5.h>
+#include <torch/headeronly/version.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "recorder_internal.h"
+
+extern char** environ;
+
+namespace opguard::record {
+namespace {
+
+// Environment variables that can change numerics or placement.
+constexpr const char* kEnvPrefixes[] = {
+    "OMP_",    "MKL_",    "KMP_",   "OPENBLAS_", "GOTO",     "BLIS_",   "ATEN_",  "TORCH_",
+    "PYTORCH_", "CUDA_",  "CUBLAS", "CUDNN_",    "NCCL_",    "NVIDIA_", "DNNL_",  "ONEDNN_",
+    "RANK",    "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_", "GLOO_",
+};
+
+std::string read_cmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // NUL-separated; store as a JSON-like list so that spaces stay unambiguous.
+  std::string out = "[";
+  std::string cur;
+  bool first = true;
+  auto flush = [&] {
+    std::string quoted = "\"";
+    for (char c : cur) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    out += (first ? "" : ",") + quoted + "\"";
+    first = false;
+    cur.clear();
+  };
+  for (char c : raw) {
+    if (c == '\0') flush();
+    else cur += c;
+  }
+  if (!cur.empty()) flush();
+  return out + "]";
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+const char* capability_name(at::native::CPUCapability c) {
+  switch (c) {
+    case at::native::CPUCapability::DEFAULT: return "default";
+#if !defined(HAVE_VSX_CPU_DEFINITION) && !defined(HAVE_ZVECTOR_CPU_DEFINITION) && !defined(HAVE_SVE256_CPU_DEFINITION)
+    case at::native::CPUCapability::AVX2: return "avx2";
+    case at::native::CPUCapability::AVX512: return "avx512";
+#endif
+    default: return "other";
+  }
+}
+
+void collect_knobs(formats::Manifest& m, const std::string& suffix) {
+  auto& info = m.info;
+  info["threads" + suffix] = std::to_string(at::get_num_threads());
+  info["interop_threads" + suffix] = std::to_string(at::get_num_interop_threads());
+  auto& ctx = at::globalContext();
+  info["mkldnn_enabled" + suffix] = ctx.userEnabledMkldnn() ? "1" : "0";
+  info["deterministic_algorithms" + suffix] = ctx.deterministicAlgorithms() ? "1" : "0";
+  info["default_dtype" + suffix] = std::string(c10::get_default_dtype().name());
+  switch (ctx.float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGHEST: info["float32_matmul_precision" + suffix] = "highest"; break;
+    case at::Float32MatmulPrecision::HIGH: info["float32_matmul_precision" + suffix] = "high"; break;
+    case at::Float32MatmulPrecision::MEDIUM: info["float32_matmul_precision" + suffix] = "medium"; break;
+  }
+}
+
+}  // namespace
+
+std::string iso_time_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void collect_run_info(formats::Manifest& m) {
+  auto& info = m.info;
+  info["argv"] = read_cmdline();
+  char cwd[4096];
+  info["cwd"] = getcwd(cwd, sizeof(cwd)) ? cwd : "";
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  info["hostname"] = host;
+  info["pid"] = std::to_string(getpid());
+  std::ifstream exe_name("/proc/self/comm");
+  std::string comm;
+  std::getline(exe_name, comm);
+  info["program"] = comm;
+  info["torch_version"] = TORCH_VERSION;
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  info["hdf5_version"] = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+  info["cpu_capability"] = capability_name(at::native::get_cpu_capability());
+  info["cpu_model"] = cpu_model();
+  info["hardware_concurrency"] = std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
+  info["has_mkl"] = at::hasMKL() ? "1" : "0";
+  info["has_mkldnn"] = at::hasMKLDNN() ? "1" : "0";
+  info["torch_config"] = at::show_config();
+  collect_knobs(m, "");
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* kv = *e;
+    const char* eq = std::strchr(kv, '=');
+    if (eq == nullptr) continue;
+    std::string key(kv, eq - kv);
+    for (const char* prefix : kEnvPrefixes) {
+      if (key.rfind(prefix, 0) == 0) {
+        m.env[key] = eq + 1;
+        break;
+      }
+    }
+  }
+}
+
+void collect_end_info(formats::Manifest& m) { collect_knobs(m, "_at_end"); }
+
+}  // namespace opguard::record
