@@ -5,12 +5,12 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
-#include <ATen/native/DispatchStub.h>
 #include <c10/core/DefaultDtype.h>
 #include <hdf5.h>
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -67,15 +67,10 @@ std::string cpu_model() {
   return "unknown";
 }
 
-const char* capability_name(at::native::CPUCapability c) {
-  switch (c) {
-    case at::native::CPUCapability::DEFAULT: return "default";
-#if !defined(HAVE_VSX_CPU_DEFINITION) && !defined(HAVE_ZVECTOR_CPU_DEFINITION) && !defined(HAVE_SVE256_CPU_DEFINITION)
-    case at::native::CPUCapability::AVX2: return "avx2";
-    case at::native::CPUCapability::AVX512: return "avx512";
-#endif
-    default: return "other";
-  }
+// at::get_cpu_capability() says "AVX512"; ATEN_CPU_CAPABILITY takes "avx512".
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
 }
 
 void collect_knobs(formats::Manifest& m, const std::string& suffix) {
@@ -121,7 +116,7 @@ void collect_run_info(formats::Manifest& m) {
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   info["hdf5_version"] = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
-  info["cpu_capability"] = capability_name(at::native::get_cpu_capability());
+  info["cpu_capability"] = lower(at::get_cpu_capability());
   info["cpu_model"] = cpu_model();
   info["hardware_concurrency"] = std::to_string(sysconf(_SC_NPROCESSORS_ONLN));
   info["has_mkl"] = at::hasMKL() ? "1" : "0";

@@ -32,10 +32,10 @@ Writer::Writer(std::string rank_dir, int rank, int64_t first_step, const Recorde
                std::function<void(const std::string&)> on_failure)
     : rank_dir_(std::move(rank_dir)),
       rank_(rank),
-      open_step_(first_step),
       config_(config),
       on_failure_(std::move(on_failure)),
       pool_(config.hash_threads) {
+  open_step_ = first_step;
   thread_ = std::thread([this] { thread_main(); });
 }
 

@@ -1,0 +1,74 @@
+"""Overhead of `opguard record` (fingerprints of every event, no full dumps)
+on the examples, as a ratio of step times against the same program
+unrecorded, measured in the same run (runs interleaved; median of repeats).
+
+    .venv/bin/python benchmarks/record_overhead.py --build build [--repeats 3]
+
+The step time is the examples' own "steps 1..N mean X ms" (stderr), so process
+start-up and the first step are excluded.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STEP_RE = re.compile(r"steps 1\.\.\d+ mean ([0-9.]+) ms")
+
+
+def step_ms(cmd, env=None):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("benchmark run failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr[-2000:]))
+    m = STEP_RE.findall(r.stderr)
+    if not m:
+        sys.exit("no step time in the output of: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+    return float(m[-1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--size", default="--width 128 --depth 4 --seq 64 --batch 16")
+    p.add_argument("--skip-python", action="store_true")
+    a = p.parse_args()
+    opguard = os.path.join(a.build, "bin", "opguard")
+    tmp = tempfile.mkdtemp(prefix="opguard-bench-")
+    size = a.size.split() + ["--steps", str(a.steps), "--print-every", "0"]
+    programs = [("C++ tiny_gpt", [os.path.join(a.build, "bin", "tiny_gpt")] + size)]
+    if not a.skip_python:
+        programs.append(("Python tiny_gpt.py", [sys.executable, os.path.join(ROOT, "examples", "tiny_gpt.py")] + size))
+    rows = []
+    for name, cmd in programs:
+        plain, recorded, baseline = [], [], []
+        for i in range(a.repeats):
+            plain.append(step_ms(cmd))
+            out = os.path.join(tmp, "rec%d" % i)
+            recorded.append(step_ms([opguard, "record", "--out", out, "--"] + cmd))
+            shutil.rmtree(out, ignore_errors=True)
+            if cmd[0] == sys.executable:
+                out = os.path.join(tmp, "dm%d" % i)
+                baseline.append(step_ms([sys.executable, os.path.join(HERE, "dispatch_mode_baseline.py"), out] + cmd[1:]))
+                shutil.rmtree(out, ignore_errors=True)
+        base = statistics.median(plain)
+        rows.append((name, "unrecorded", base, 1.0))
+        rows.append((name, "opguard record (fingerprints)", statistics.median(recorded), statistics.median(recorded) / base))
+        if baseline:
+            rows.append((name, "TorchDispatchMode + torch.save", statistics.median(baseline), statistics.median(baseline) / base))
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("size: %s, %d steps, median of %d interleaved repeats" % (a.size, a.steps, a.repeats))
+    print("%-20s %-32s %12s %8s" % ("program", "mode", "step ms", "ratio"))
+    for r in rows:
+        print("%-20s %-32s %12.1f %8.3f" % r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+#pragma once
+// Opening and creating opguard's HDF5 files, shared by every reader and writer
+// in formats/ (docs/FORMAT.md, "Common root attributes").
+
+#include <cstdint>
+
+#include "h5.h"
+
+namespace opguard::formats {
+
+// The file access property list of every file opguard writes: the HDF5 1.8
+// object format (checksummed object headers, readable by HDF5 >= 1.8 and h5py)
+// and a close that releases everything still open.
+h5::Handle writer_fapl(const h5::Site& site);
+
+// Opens site.path() read-only after checking, in this order, that it is a
+// regular file, an HDF5 file, an opguard file (root attribute opguard_format),
+// of the version this build reads, and of `kind` (root attribute kind). Each
+// failure is one FormatError sentence. Returns the file's size in bytes, the
+// bound every reader puts on what it will allocate.
+uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file);
+
+}  // namespace opguard::formats

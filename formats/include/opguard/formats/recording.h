@@ -1,0 +1,213 @@
+#pragma once
+// The recording format, version kFormatVersion (docs/FORMAT.md is the
+// specification; this header is its C++ face). No torch types here: tensors are
+// described by TensorMeta and their bytes travel as plain buffers, so readers
+// (diff, ls, show) and the fuzzer compile without torch.
+//
+// On disk, a recording is a directory:
+//   DIR/rank<R>/manifest.h5            written at start, rewritten at a clean end
+//   DIR/rank<R>/step<S:08d>.h5         one file per completed step (atomic rename)
+//   DIR/rank<R>/step<S:08d>.h5.tmp     a step the process died in (torn)
+// Each step file is self-contained: event columns, value columns, dims, and the
+// full tensors that the sampling policy asked for under /data.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "opguard/core/dtype.h"
+
+namespace opguard::formats {
+
+// This version number is the layout of the files, not opguard's version: bump it
+// when a group, dataset, column or attribute changes meaning or disappears.
+inline constexpr int kFormatVersion = 1;
+
+enum class Phase : uint8_t { kForward = 0, kBackward = 1, kOptimizer = 2, kOther = 3 };
+const char* phase_name(Phase p);
+std::optional<Phase> phase_from_name(const std::string& name);
+
+// What an argument or return value is. Non-tensor values keep their exact value
+// in Value::text (doubles as C99 hex floats, so they round-trip bit for bit).
+enum class ValueKind : uint8_t {
+  kNone = 0,
+  kTensor = 1,
+  kTensorList = 2,  // header row; its `list_len` element rows follow it (kTensor or kNone)
+  kInt = 3,
+  kDouble = 4,
+  kBool = 5,
+  kString = 6,
+  kIntList = 7,     // text "[1,2,3]"
+  kDoubleList = 8,  // text "[0x1p+0,0x1.8p+1]"
+  kBoolList = 9,
+  kScalarType = 10,  // text: dtype name ("float32")
+  kDevice = 11,      // text: "cpu", "cuda:0"
+  kLayout = 12,
+  kMemoryFormat = 13,
+  kGenerator = 14,  // text: the generator's device; tensor: its state as a uint8 tensor
+  kComplex = 15,    // text "(re,im)" in hex floats
+  kOther = 16,      // text: a best-effort repr; compared as text, not replayable
+};
+const char* value_kind_name(ValueKind k);
+// Whether a value of this kind has a TensorMeta (tensors and generator states).
+inline bool carries_tensor(ValueKind k) { return k == ValueKind::kTensor || k == ValueKind::kGenerator; }
+
+// TensorMeta::flags bits.
+enum TensorFlags : uint8_t {
+  kTensorUninitialized = 1 << 0,  // bits are uninitialised memory: no fingerprint taken
+  kTensorHasData = 1 << 1,        // full contents stored under /data (TensorMeta::data_index)
+  kTensorDropped = 1 << 2,        // the writer queue was full and policy=drop: no fingerprint
+  kTensorNotFingerprinted = 1 << 3,  // device or layout opguard cannot hash (sparse, meta, ...)
+};
+
+struct TensorMeta {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
+  std::string device = "cpu";
+  uint64_t fingerprint = 0;  // kernels::fingerprint of the logical contents
+  uint8_t flags = 0;
+  // Identity within one recording: the same storage has the same id while it
+  // lives; `version` is torch's version counter at the time of the record. Used
+  // for dataflow (which event produced the bits an input carries).
+  uint64_t storage_id = 0;
+  uint32_t version = 0;
+  int64_t data_index = -1;  // index n of /data/<n> in the same step file, or -1
+
+  bool has_fingerprint() const {
+    return (flags & (kTensorUninitialized | kTensorDropped | kTensorNotFingerprinted)) == 0;
+  }
+  int64_t numel() const;  // product of sizes (1 for 0-d); -1 if a size is negative or it overflows
+};
+
+struct Value {
+  ValueKind kind = ValueKind::kNone;
+  std::string name;  // schema argument name ("self", "other", "out"); outputs: "" or the return name
+  std::string text;  // non-tensor value, see ValueKind
+  TensorMeta tensor;  // carries_tensor(kind) only
+  int32_t list_len = 0;  // kTensorList only
+  bool mutated = false;  // schema marks this argument as written (in-place or out=)
+};
+
+struct Event {
+  uint64_t id = 0;      // see event_id_string
+  uint32_t stream = 0;  // 0: the process's main thread; others numbered by first event
+  uint64_t seq = 0;     // position in its stream
+  uint64_t thread = 0;  // OS thread id
+  int64_t step = 0;
+  Phase phase = Phase::kOther;
+  std::string op;        // "aten::addmm"
+  std::string overload;  // "" or "out", "Tensor", ...
+  std::string schema;    // full schema text
+  std::string scope;     // module scope path "blocks.1.attn.proj", "" at top
+  std::string node;      // autograd node ("MmBackward0") for backward events, else ""
+  int64_t t_start_ns = 0;  // CLOCK_MONOTONIC, nanoseconds
+  int64_t t_end_ns = 0;
+  uint32_t flags = 0;  // reserved, 0
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+};
+
+// Event ids: stream in the top 16 bits, the position in that stream below.
+// Events of the main thread print as plain numbers ("1234"); others as
+// "<stream>.<seq>" ("2.57"), so the training thread's ids never shift because
+// another thread dispatched more or fewer ops.
+inline uint64_t make_event_id(uint32_t stream, uint64_t seq) {
+  return (static_cast<uint64_t>(stream) << 48) | (seq & ((uint64_t{1} << 48) - 1));
+}
+std::string event_id_string(uint64_t id);
+std::optional<uint64_t> parse_event_id(const std::string& text);
+
+// Free-form key/value facts about a run (see docs/FORMAT.md for the keys that
+// opguard writes), plus the numerics-relevant environment variables.
+struct Manifest {
+  int format_version = kFormatVersion;
+  int rank = 0;
+  int world_size = 1;
+  std::map<std::string, std::string> info;  // "program", "argv", "torch_version", "threads", ...
+  std::map<std::string, std::string> env;   // OMP_NUM_THREADS, ATEN_CPU_CAPABILITY, ...
+};
+
+// A full tensor as written to /data/<n>: logical shape, row-major contiguous
+// bytes (the recorded strides stay in TensorMeta).
+struct TensorData {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes;
+  std::vector<uint8_t> bytes;
+};
+
+// Writes one step file. Not thread-safe: one writer thread owns it. Data is
+// written as it arrives; events are kept in memory and written on close(),
+// which then renames <path>.tmp to <path>. Throws IoError / FormatError.
+class StepWriter {
+ public:
+  StepWriter(const std::string& path, int rank, int64_t step);
+  ~StepWriter();  // closes without renaming if close() was not called (torn)
+  StepWriter(const StepWriter&) = delete;
+  StepWriter& operator=(const StepWriter&) = delete;
+
+  // Returns the data index to put into TensorMeta::data_index.
+  int64_t write_tensor(DType dtype, const std::vector<int64_t>& sizes, const void* bytes,
+                       std::size_t nbytes);
+  void add_event(Event event);
+  void close();  // write event tables, flush, close, rename
+  std::size_t bytes_written() const { return bytes_written_; }
+
+ private:
+  struct Impl;
+  Impl* impl_;
+  std::size_t bytes_written_ = 0;
+};
+
+// Reads one step file. Throws FormatError with a one-sentence message for
+// anything truncated, corrupt, foreign or of another version.
+class StepReader {
+ public:
+  explicit StepReader(const std::string& path);
+  ~StepReader();
+  StepReader(const StepReader&) = delete;
+  StepReader& operator=(const StepReader&) = delete;
+
+  int rank() const;
+  int64_t step() const;
+  const std::vector<Event>& events() const;
+  // Reads /data/<data_index> exactly as stored (no conversion). Throws
+  // FormatError if it does not exist or its HDF5 type disagrees with its dtype
+  // attribute.
+  TensorData read_tensor(int64_t data_index) const;
+  // The same for meta.data_index, and also checks that the stored dtype and
+  // sizes are the ones `meta` describes.
+  TensorData read_tensor(const TensorMeta& meta) const;
+  std::size_t data_count() const;  // number of /data/<n> datasets (n = 0 .. data_count-1)
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+void write_manifest(const std::string& path, const Manifest& manifest);  // atomic (tmp + rename)
+Manifest read_manifest(const std::string& path);
+
+// What a recording directory holds, per rank, without reading the events.
+struct RankFiles {
+  int rank = 0;
+  std::string dir;
+  std::string manifest_path;
+  std::vector<std::pair<int64_t, std::string>> steps;  // complete step files, by step
+  std::vector<std::pair<int64_t, std::string>> torn;   // *.tmp left by a process that died
+};
+struct RecordingLayout {
+  std::string dir;
+  std::vector<RankFiles> ranks;  // by rank
+};
+// Throws FormatError ("DIR is not an opguard recording: ...") if DIR has no rank
+// with a manifest.
+RecordingLayout scan_recording(const std::string& dir);
+std::string rank_dir(const std::string& recording_dir, int rank);
+std::string step_file_name(int64_t step);  // "step00000012.h5"
+
+}  // namespace opguard::formats

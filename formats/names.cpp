@@ -1,0 +1,96 @@
+// The small naming functions of recording.h: phases, value kinds, event ids,
+// file names, element counts.
+
+#include <array>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+
+#include "opguard/formats/recording.h"
+
+namespace opguard::formats {
+namespace {
+
+constexpr std::array<const char*, 4> kPhaseNames = {"forward", "backward", "optimizer", "other"};
+
+constexpr std::array<const char*, 17> kValueKindNames = {
+    "none",      "tensor",      "tensor_list", "int",          "double",    "bool",
+    "string",    "int_list",    "double_list", "bool_list",    "scalar_type", "device",
+    "layout",    "memory_format", "generator", "complex",      "other",
+};
+
+constexpr uint64_t kSeqMask = (uint64_t{1} << 48) - 1;
+
+// Parses a non-empty run of decimal digits (nothing else: no sign, no space).
+std::optional<uint64_t> parse_digits(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+const char* phase_name(Phase p) {
+  auto i = static_cast<std::size_t>(p);
+  return i < kPhaseNames.size() ? kPhaseNames[i] : "unknown";
+}
+
+std::optional<Phase> phase_from_name(const std::string& name) {
+  for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+    if (name == kPhaseNames[i]) return static_cast<Phase>(i);
+  }
+  return std::nullopt;
+}
+
+const char* value_kind_name(ValueKind k) {
+  auto i = static_cast<std::size_t>(k);
+  return i < kValueKindNames.size() ? kValueKindNames[i] : "unknown";
+}
+
+std::string event_id_string(uint64_t id) {
+  uint64_t stream = id >> 48;
+  uint64_t seq = id & kSeqMask;
+  if (stream == 0) return std::to_string(seq);
+  return std::to_string(stream) + "." + std::to_string(seq);
+}
+
+std::optional<uint64_t> parse_event_id(const std::string& text) {
+  std::string_view view(text);
+  std::size_t dot = view.find('.');
+  uint64_t stream = 0;
+  std::string_view seq_text = view;
+  if (dot != std::string_view::npos) {
+    std::optional<uint64_t> s = parse_digits(view.substr(0, dot));
+    if (!s || *s > 0xFFFF) return std::nullopt;
+    stream = *s;
+    seq_text = view.substr(dot + 1);
+  }
+  std::optional<uint64_t> seq = parse_digits(seq_text);
+  if (!seq || *seq > kSeqMask) return std::nullopt;
+  return make_event_id(static_cast<uint32_t>(stream), *seq);
+}
+
+int64_t TensorMeta::numel() const {
+  int64_t n = 1;
+  for (int64_t size : sizes) {
+    if (size < 0 || __builtin_mul_overflow(n, size, &n)) return -1;
+  }
+  return n;
+}
+
+std::string step_file_name(int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "step%08lld.h5", static_cast<long long>(step));
+  return name;
+}
+
+std::string rank_dir(const std::string& recording_dir, int rank) {
+  return (std::filesystem::path(recording_dir) / ("rank" + std::to_string(rank))).string();
+}
+
+}  // namespace opguard::formats

@@ -1,0 +1,300 @@
+// StepWriter: one step file, written to PATH.tmp and renamed to PATH on close().
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "element_types.h"
+#include "files.h"
+#include "h5.h"
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "step_layout.h"
+
+namespace opguard::formats {
+namespace {
+
+using h5::Handle;
+
+[[noreturn]] void bad_event(const Event& e, const std::string& why) {
+  throw InternalError("opguard tried to record event " + event_id_string(e.id) + " (" + e.op +
+                      ") that the recording format cannot hold: " + why +
+                      "; this is a bug in opguard, please report it");
+}
+
+// Checks what the reader will check, so a writer never produces a file its own
+// reader rejects.
+void check_values(const Event& e, const std::vector<Value>& values, int64_t data_count) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    if (static_cast<std::size_t>(v.kind) > static_cast<std::size_t>(ValueKind::kOther)) {
+      bad_event(e, "value " + std::to_string(i) + " has an unknown kind");
+    }
+    if (carries_tensor(v.kind)) {
+      const TensorMeta& t = v.tensor;
+      if (static_cast<int>(t.dtype) >= kNumDTypes) bad_event(e, "a tensor has an unknown dtype");
+      if (t.sizes.size() != t.strides.size()) {
+        bad_event(e, "a tensor has " + std::to_string(t.sizes.size()) + " sizes but " +
+                         std::to_string(t.strides.size()) + " strides");
+      }
+      if (t.sizes.size() > step_layout::kMaxValueRank) bad_event(e, "a tensor has more than 255 dimensions");
+      if (t.data_index < -1 || t.data_index >= data_count) {
+        bad_event(e, "a tensor refers to /data/" + std::to_string(t.data_index) +
+                         ", which this step file does not hold");
+      }
+    }
+    if (v.kind == ValueKind::kTensorList) {
+      if (v.list_len < 0 || static_cast<std::size_t>(v.list_len) >= values.size() - i) {
+        bad_event(e, "a tensor list of " + std::to_string(v.list_len) + " elements runs past the event's values");
+      }
+      for (std::size_t j = i + 1; j <= i + static_cast<std::size_t>(v.list_len); ++j) {
+        if (values[j].kind != ValueKind::kTensor && values[j].kind != ValueKind::kNone) {
+          bad_event(e, "a tensor list element is neither a tensor nor None");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+struct StepWriter::Impl {
+  std::string path;
+  std::string tmp_path;
+  h5::Site site;
+  Handle file;
+  Handle data_group;
+  int64_t data_count = 0;
+  std::vector<Event> events;
+  bool closed = false;
+
+  Impl(const std::string& final_path)
+      : path(final_path), tmp_path(final_path + ".tmp"), site(tmp_path, h5::Blame::kFileSystem, "step file") {}
+
+  void write_columns();
+};
+
+StepWriter::StepWriter(const std::string& path, int rank, int64_t step) : impl_(new Impl(path)) {
+  try {
+    h5::silence_errors();
+    const h5::Site& site = impl_->site;
+    Handle fapl = writer_fapl(site);
+    impl_->file = h5::file(site, H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                           "H5Fcreate");
+    hid_t root = impl_->file.get();
+    // Written first, so that even a torn .tmp says what it is.
+    h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
+    h5::write_string_attr(site, root, "kind", step_layout::kKind);
+    h5::write_int_attr(site, root, "rank", H5T_STD_I32LE, rank);
+    h5::write_int_attr(site, root, "step", H5T_STD_I64LE, step);
+    impl_->data_group = h5::group(site, H5Gcreate2(root, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                  "H5Gcreate2(/data)");
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
+}
+
+StepWriter::~StepWriter() {
+  // Never throws: Handle::reset ignores failures. Without close() the .tmp stays.
+  delete impl_;
+}
+
+int64_t StepWriter::write_tensor(DType dtype, const std::vector<int64_t>& sizes, const void* bytes,
+                                 std::size_t nbytes) {
+  Impl& im = *impl_;
+  OPGUARD_CHECK(!im.closed);
+  OPGUARD_CHECK(static_cast<int>(dtype) < kNumDTypes);
+  const h5::Site& site = im.site;
+  if (sizes.size() > static_cast<std::size_t>(step_layout::kMaxDataRank)) {
+    throw FormatError("cannot store a tensor of " + std::to_string(sizes.size()) +
+                      " dimensions in " + im.tmp_path + ": HDF5 datasets have at most 32");
+  }
+  TensorMeta shape;
+  shape.sizes = sizes;
+  int64_t numel = shape.numel();
+  uint64_t expected = 0;
+  OPGUARD_CHECK(numel >= 0);
+  OPGUARD_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dtype), &expected));
+  OPGUARD_CHECK(expected == nbytes);
+  OPGUARD_CHECK(bytes != nullptr || nbytes == 0);
+
+  int64_t index = im.data_count;
+  std::string name = std::to_string(index);
+  std::string full = "/data/" + name;
+  std::vector<hsize_t> dims(sizes.begin(), sizes.end());
+  Handle space = sizes.empty()
+                     ? h5::dataspace(site, H5Screate(H5S_SCALAR), "H5Screate(" + full + ")")
+                     : h5::dataspace(site, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                                     "H5Screate_simple(" + full + ")");
+  Handle type = element_type(site, dtype);
+  // Contiguous and never pre-filled: the bytes are written once, straight from
+  // the caller's buffer (HDF5 skips its sieve buffer for large contiguous writes).
+  Handle dcpl = h5::plist(site, H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset create)");
+  site.ok(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
+  site.ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  Handle ds = h5::dataset(site,
+                          H5Dcreate2(im.data_group.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                                     dcpl.get(), H5P_DEFAULT),
+                          "H5Dcreate2(" + full + ")");
+  h5::write_string_attr(site, ds.get(), "dtype", std::string(dtype_name(dtype)));
+  if (nbytes > 0) {
+    site.ok(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes), "H5Dwrite(" + full + ")");
+  }
+  site.ok(H5Dclose(ds.release()), "H5Dclose(" + full + ")");
+  ++im.data_count;
+  bytes_written_ += nbytes;
+  return index;
+}
+
+void StepWriter::add_event(Event event) {
+  Impl& im = *impl_;
+  OPGUARD_CHECK(!im.closed);
+  if (static_cast<int>(event.phase) > static_cast<int>(Phase::kOther)) bad_event(event, "its phase is unknown");
+  if (event.inputs.size() > UINT32_MAX || event.outputs.size() > UINT32_MAX) bad_event(event, "too many values");
+  check_values(event, event.inputs, im.data_count);
+  check_values(event, event.outputs, im.data_count);
+  im.events.push_back(std::move(event));
+}
+
+void StepWriter::Impl::write_columns() {
+  const std::size_t n = events.size();
+  std::vector<uint64_t> id(n), seq(n), thread(n), value_begin(n);
+  std::vector<uint32_t> stream(n), schema(n), flags(n), n_inputs(n), n_outputs(n);
+  std::vector<int64_t> step(n), t_start(n), t_end(n);
+  std::vector<uint8_t> phase(n);
+  std::vector<std::string> op(n), overload(n), scope(n), node(n);
+  std::vector<std::string> schemas;
+  std::unordered_map<std::string, uint32_t> schema_index;
+
+  std::vector<uint8_t> v_kind, v_dtype, v_flags, v_mutated, v_ndim;
+  std::vector<std::string> v_name, v_text, v_device;
+  std::vector<int32_t> v_list_len;
+  std::vector<uint64_t> v_fingerprint, v_storage_id, v_dims_offset;
+  std::vector<uint32_t> v_version;
+  std::vector<int64_t> v_storage_offset, v_data_index, dims;
+
+  auto add_value = [&](const Value& v) {
+    v_kind.push_back(static_cast<uint8_t>(v.kind));
+    v_name.push_back(v.name);
+    v_text.push_back(v.text);
+    v_list_len.push_back(v.kind == ValueKind::kTensorList ? v.list_len : 0);
+    v_mutated.push_back(v.mutated ? 1 : 0);
+    if (carries_tensor(v.kind)) {
+      const TensorMeta& t = v.tensor;
+      v_dtype.push_back(static_cast<uint8_t>(t.dtype));
+      v_flags.push_back(t.flags);
+      v_fingerprint.push_back(t.fingerprint);
+      v_storage_id.push_back(t.storage_id);
+      v_version.push_back(t.version);
+      v_storage_offset.push_back(t.storage_offset);
+      v_device.push_back(t.device);
+      v_data_index.push_back(t.data_index);
+      v_ndim.push_back(static_cast<uint8_t>(t.sizes.size()));
+      v_dims_offset.push_back(dims.size());
+      dims.insert(dims.end(), t.sizes.begin(), t.sizes.end());
+      dims.insert(dims.end(), t.strides.begin(), t.strides.end());
+    } else {
+      // Tensor columns of non-tensor rows hold these fixed values.
+      v_dtype.push_back(0);
+      v_flags.push_back(0);
+      v_fingerprint.push_back(0);
+      v_storage_id.push_back(0);
+      v_version.push_back(0);
+      v_storage_offset.push_back(0);
+      v_device.emplace_back();
+      v_data_index.push_back(-1);
+      v_ndim.push_back(0);
+      v_dims_offset.push_back(0);
+    }
+  };
+
+  for (std::size_t i = 0; i < n; ++i) {
+    const Event& e = events[i];
+    id[i] = e.id;
+    stream[i] = e.stream;
+    seq[i] = e.seq;
+    thread[i] = e.thread;
+    step[i] = e.step;
+    phase[i] = static_cast<uint8_t>(e.phase);
+    op[i] = e.op;
+    overload[i] = e.overload;
+    auto [it, inserted] = schema_index.emplace(e.schema, static_cast<uint32_t>(schemas.size()));
+    if (inserted) schemas.push_back(e.schema);
+    schema[i] = it->second;
+    scope[i] = e.scope;
+    node[i] = e.node;
+    t_start[i] = e.t_start_ns;
+    t_end[i] = e.t_end_ns;
+    flags[i] = e.flags;
+    value_begin[i] = v_kind.size();
+    n_inputs[i] = static_cast<uint32_t>(e.inputs.size());
+    n_outputs[i] = static_cast<uint32_t>(e.outputs.size());
+    for (const Value& v : e.inputs) add_value(v);
+    for (const Value& v : e.outputs) add_value(v);
+  }
+
+  hid_t root = file.get();
+  Handle events_group = h5::group(site, H5Gcreate2(root, "/events", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                  "H5Gcreate2(/events)");
+  Handle values_group = h5::group(site, H5Gcreate2(root, "/values", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                  "H5Gcreate2(/values)");
+  using h5::write_column;
+  using h5::write_string_column;
+  write_column(site, root, "/events/id", H5T_STD_U64LE, id.data(), n);
+  write_column(site, root, "/events/stream", H5T_STD_U32LE, stream.data(), n);
+  write_column(site, root, "/events/seq", H5T_STD_U64LE, seq.data(), n);
+  write_column(site, root, "/events/thread", H5T_STD_U64LE, thread.data(), n);
+  write_column(site, root, "/events/step", H5T_STD_I64LE, step.data(), n);
+  write_column(site, root, "/events/phase", H5T_STD_U8LE, phase.data(), n);
+  write_string_column(site, root, "/events/op", op);
+  write_string_column(site, root, "/events/overload", overload);
+  write_column(site, root, "/events/schema", H5T_STD_U32LE, schema.data(), n);
+  write_string_column(site, root, "/events/scope", scope);
+  write_string_column(site, root, "/events/node", node);
+  write_column(site, root, "/events/t_start_ns", H5T_STD_I64LE, t_start.data(), n);
+  write_column(site, root, "/events/t_end_ns", H5T_STD_I64LE, t_end.data(), n);
+  write_column(site, root, "/events/flags", H5T_STD_U32LE, flags.data(), n);
+  write_column(site, root, "/events/value_begin", H5T_STD_U64LE, value_begin.data(), n);
+  write_column(site, root, "/events/n_inputs", H5T_STD_U32LE, n_inputs.data(), n);
+  write_column(site, root, "/events/n_outputs", H5T_STD_U32LE, n_outputs.data(), n);
+  write_string_column(site, root, "/schemas", schemas);
+
+  const std::size_t m = v_kind.size();
+  write_column(site, root, "/values/kind", H5T_STD_U8LE, v_kind.data(), m);
+  write_string_column(site, root, "/values/name", v_name);
+  write_string_column(site, root, "/values/text", v_text);
+  write_column(site, root, "/values/dtype", H5T_STD_U8LE, v_dtype.data(), m);
+  write_column(site, root, "/values/flags", H5T_STD_U8LE, v_flags.data(), m);
+  write_column(site, root, "/values/mutated", H5T_STD_U8LE, v_mutated.data(), m);
+  write_column(site, root, "/values/list_len", H5T_STD_I32LE, v_list_len.data(), m);
+  write_column(site, root, "/values/fingerprint", H5T_STD_U64LE, v_fingerprint.data(), m);
+  write_column(site, root, "/values/storage_id", H5T_STD_U64LE, v_storage_id.data(), m);
+  write_column(site, root, "/values/version", H5T_STD_U32LE, v_version.data(), m);
+  write_column(site, root, "/values/storage_offset", H5T_STD_I64LE, v_storage_offset.data(), m);
+  write_string_column(site, root, "/values/device", v_device);
+  write_column(site, root, "/values/data_index", H5T_STD_I64LE, v_data_index.data(), m);
+  write_column(site, root, "/values/ndim", H5T_STD_U8LE, v_ndim.data(), m);
+  write_column(site, root, "/values/dims_offset", H5T_STD_U64LE, v_dims_offset.data(), m);
+  write_column(site, root, "/dims", H5T_STD_I64LE, dims.data(), dims.size());
+}
+
+void StepWriter::close() {
+  Impl& im = *impl_;
+  OPGUARD_CHECK(!im.closed);
+  im.write_columns();
+  const h5::Site& site = im.site;
+  im.data_group.reset();
+  site.ok(H5Fflush(im.file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");
+  site.ok(H5Fclose(im.file.release()), "H5Fclose");
+  im.closed = true;
+  if (std::rename(im.tmp_path.c_str(), im.path.c_str()) != 0) {
+    int err = errno;
+    throw IoError("could not rename " + im.tmp_path + " to " + im.path + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace opguard::formats

@@ -1,0 +1,295 @@
+// opguard record / ls / show on the real training programs of examples/.
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "../support/process.h"
+#include "opguard/formats/recording.h"
+
+using opguard::testing::Result;
+using opguard::testing::run;
+using opguard::testing::TempDir;
+namespace fmts = opguard::formats;
+
+namespace {
+
+const std::string kOpguard = OPGUARD_BIN;
+const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
+const std::string kPython = OPGUARD_PYTHON_BIN;
+const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
+
+std::vector<std::string> cpp_example(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> cmd = {kTinyGpt, "--steps", "3"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+std::vector<std::string> py_example(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> cmd = {kPython, kTinyGptPy, "--steps", "3"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+Result record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
+              const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back("--");
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  return run(cmd, tmp.path().string());
+}
+
+std::vector<fmts::Event> events_of(const std::string& dir, int rank = 0) {
+  auto layout = fmts::scan_recording(dir);
+  std::vector<fmts::Event> out;
+  for (const auto& r : layout.ranks) {
+    if (r.rank != rank) continue;
+    for (const auto& [step, path] : r.steps) {
+      fmts::StepReader reader(path);
+      out.insert(out.end(), reader.events().begin(), reader.events().end());
+    }
+  }
+  return out;
+}
+
+// Everything about an event that must be equal between two recordings of the
+// same program under the same config (not thread ids, not times).
+std::string event_key(const fmts::Event& e) {
+  std::string s = fmts::event_id_string(e.id) + " " + std::to_string(e.step) + " " + fmts::phase_name(e.phase) +
+                  " " + e.op + "." + e.overload + " [" + e.scope + "] " + e.node;
+  for (const auto* values : {&e.inputs, &e.outputs}) {
+    s += " |";
+    for (const auto& v : *values) {
+      s += " " + std::string(fmts::value_kind_name(v.kind)) + ":" + v.name + "=" + v.text;
+      if (v.kind == fmts::ValueKind::kTensor || v.kind == fmts::ValueKind::kGenerator) {
+        s += "/" + std::string(opguard::dtype_name(v.tensor.dtype));
+        for (auto d : v.tensor.sizes) s += "x" + std::to_string(d);
+        s += v.tensor.has_fingerprint() ? "#" + std::to_string(v.tensor.fingerprint) : "#none";
+        s += "f" + std::to_string(v.tensor.flags);
+      }
+    }
+  }
+  return s;
+}
+
+void require_same_recording(const std::string& a, const std::string& b) {
+  auto ea = events_of(a), eb = events_of(b);
+  REQUIRE(ea.size() == eb.size());
+  REQUIRE(ea.size() > 100);
+  std::size_t fingerprints = 0;
+  for (std::size_t i = 0; i < ea.size(); ++i) {
+    const std::string ka = event_key(ea[i]), kb = event_key(eb[i]);
+    if (ka != kb) {
+      INFO("event " << i << "\n  " << ka << "\n  " << kb);
+      REQUIRE(ka == kb);
+    }
+    for (const auto& v : ea[i].outputs) fingerprints += v.tensor.has_fingerprint() ? 1 : 0;
+  }
+  REQUIRE(fingerprints > ea.size() / 2);
+}
+
+}  // namespace
+
+TEST_CASE("recording the C++ example does not change its loss or its parameters") {
+  TempDir tmp;
+  Result plain = run(cpp_example({"--out-params", tmp / "plain.bin"}), tmp.path().string());
+  REQUIRE(plain.exit_code == 0);
+  Result rec = record(tmp, tmp / "rec", cpp_example({"--out-params", tmp / "rec.bin"}));
+  INFO(rec.err);
+  REQUIRE(rec.exit_code == 0);
+  REQUIRE(rec.out == plain.out);
+  REQUIRE(opguard::testing::read_file(tmp / "rec.bin") == opguard::testing::read_file(tmp / "plain.bin"));
+  REQUIRE(opguard::testing::read_file(tmp / "rec.bin").size() > 1000);
+}
+
+TEST_CASE("recording the Python example does not change its loss or its parameters") {
+  TempDir tmp;
+  Result plain = run(py_example({"--out-params", tmp / "plain.bin"}), tmp.path().string());
+  REQUIRE(plain.exit_code == 0);
+  Result rec = record(tmp, tmp / "rec", py_example({"--out-params", tmp / "rec.bin"}));
+  INFO(rec.err);
+  REQUIRE(rec.exit_code == 0);
+  REQUIRE(rec.out == plain.out);
+  REQUIRE(opguard::testing::read_file(tmp / "rec.bin") == opguard::testing::read_file(tmp / "plain.bin"));
+}
+
+TEST_CASE("two recordings of the C++ example have identical fingerprints for every event") {
+  TempDir tmp;
+  REQUIRE(record(tmp, tmp / "a", cpp_example({"--dropout", "0.1"})).exit_code == 0);
+  REQUIRE(record(tmp, tmp / "b", cpp_example({"--dropout", "0.1"})).exit_code == 0);
+  require_same_recording(tmp / "a", tmp / "b");
+}
+
+TEST_CASE("two recordings of the Python example have identical fingerprints for every event") {
+  TempDir tmp;
+  REQUIRE(record(tmp, tmp / "a", py_example()).exit_code == 0);
+  REQUIRE(record(tmp, tmp / "b", py_example()).exit_code == 0);
+  require_same_recording(tmp / "a", tmp / "b");
+}
+
+TEST_CASE("the C++ recording has forward, backward and optimizer events with module scopes, per step") {
+  TempDir tmp;
+  REQUIRE(record(tmp, tmp / "rec", cpp_example()).exit_code == 0);
+  auto events = events_of(tmp / "rec");
+  std::map<fmts::Phase, int> phases;
+  std::set<std::string> backward_scopes, forward_scopes;
+  std::set<int64_t> steps;
+  for (const auto& e : events) {
+    ++phases[e.phase];
+    steps.insert(e.step);
+    if (e.phase == fmts::Phase::kBackward && !e.node.empty()) backward_scopes.insert(e.scope);
+    if (e.phase == fmts::Phase::kForward) forward_scopes.insert(e.scope);
+  }
+  REQUIRE(phases[fmts::Phase::kForward] > 50);
+  REQUIRE(phases[fmts::Phase::kBackward] > 50);
+  REQUIRE(phases[fmts::Phase::kOptimizer] > 20);
+  REQUIRE(forward_scopes.count("blocks.1.attn") == 1);
+  REQUIRE(forward_scopes.count("blocks.0.mlp.fc") == 1);
+  REQUIRE(backward_scopes.count("blocks.0.mlp.fc") == 1);
+  REQUIRE(steps.count(0) == 1);
+  REQUIRE(steps.count(2) == 1);
+  auto layout = fmts::scan_recording(tmp / "rec");
+  REQUIRE(layout.ranks[0].steps.size() >= 3);
+  REQUIRE(layout.ranks[0].torn.empty());
+  auto manifest = fmts::read_manifest(layout.ranks[0].manifest_path);
+  REQUIRE(manifest.info.at("clean_exit") == "1");
+  REQUIRE(manifest.info.at("torch_version").rfind("2.11", 0) == 0);
+  REQUIRE(manifest.info.count("cpu_capability") == 1);
+}
+
+TEST_CASE("the Python recording gets module scopes and steps without any change to the program") {
+  TempDir tmp;
+  REQUIRE(record(tmp, tmp / "rec", py_example()).exit_code == 0);
+  auto events = events_of(tmp / "rec");
+  std::set<std::string> scopes, backward_scopes;
+  std::set<int64_t> steps;
+  int optimizer = 0;
+  for (const auto& e : events) {
+    scopes.insert(e.scope);
+    steps.insert(e.step);
+    if (e.phase == fmts::Phase::kOptimizer) ++optimizer;
+    if (e.phase == fmts::Phase::kBackward) backward_scopes.insert(e.scope);
+  }
+  REQUIRE(scopes.count("blocks.1.attn.proj") == 1);
+  REQUIRE(scopes.count("blocks.0.mlp.fc") == 1);
+  REQUIRE(backward_scopes.count("blocks.0.mlp.fc") == 1);
+  REQUIRE(optimizer > 20);
+  REQUIRE(steps.count(2) == 1);  // from PyTorch's Optimizer.step ranges
+}
+
+TEST_CASE("bad recorder flags, an unwritable output and a missing program fail before training starts") {
+  TempDir tmp;
+  Result bad = record(tmp, tmp / "rec", cpp_example(), {"--dump-steps", "banana"});
+  REQUIRE(bad.exit_code == 2);
+  REQUIRE(bad.out.empty());
+  REQUIRE(bad.err.find("step") != std::string::npos);
+  REQUIRE(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
+
+  Result regex = record(tmp, tmp / "rec2", cpp_example(), {"--dump-ops", "(unclosed"});
+  REQUIRE(regex.exit_code == 2);
+
+  opguard::testing::run({"touch", tmp / "file"}, tmp.path().string());
+  Result unwritable = record(tmp, tmp / "file/rec", cpp_example());
+  REQUIRE(unwritable.exit_code == 74);
+  REQUIRE(unwritable.out.empty());
+
+  Result missing = record(tmp, tmp / "rec3", {"/no/such/program"});
+  REQUIRE(missing.exit_code == 127);
+  REQUIRE(missing.err.find("/no/such/program") != std::string::npos);
+
+  Result no_command = run({kOpguard, "record", "--out", tmp / "rec4"}, tmp.path().string());
+  REQUIRE(no_command.exit_code == 2);
+}
+
+TEST_CASE("a run killed with SIGKILL leaves a recording that ls reads up to the last completed step") {
+  TempDir tmp;
+  const std::string out = tmp / "rec";
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(kOpguard.c_str(), kOpguard.c_str(), "record", "--out", out.c_str(), "--dump-every", "2", "--",
+          kTinyGpt.c_str(), "--steps", "100000", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until a few steps are complete, then kill the training process.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::size_t complete = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    complete = 0;
+    for (auto& entry : std::filesystem::directory_iterator(out + "/rank0", ec))
+      if (entry.path().extension() == ".h5" && entry.path().filename() != "manifest.h5") ++complete;
+    if (complete >= 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(complete >= 4);
+  const int pid = std::stoi(opguard::testing::read_file(out + "/rank0/owner.pid"));
+  REQUIRE(kill(pid, SIGKILL) == 0);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 128 + SIGKILL);
+
+  Result ls = run({kOpguard, "ls", out, "--json"}, tmp.path().string());
+  INFO(ls.err);
+  REQUIRE(ls.exit_code == 0);
+  auto j = nlohmann::json::parse(ls.out);
+  const auto& rank = j["ranks"][0];
+  REQUIRE(rank["steps"].size() >= 4);
+  REQUIRE(rank["info"]["clean_exit"] == "0");
+  // Every complete step reads in full.
+  for (const auto& step : rank["steps"]) {
+    fmts::StepReader reader(step["file"].get<std::string>());
+    REQUIRE(!reader.events().empty());
+  }
+  Result text = run({kOpguard, "ls", out}, tmp.path().string());
+  REQUIRE(text.exit_code == 0);
+  if (!rank["torn_steps"].empty()) REQUIRE(text.out.find("torn") != std::string::npos);
+}
+
+TEST_CASE("ls and show describe a recording, in text and in JSON") {
+  TempDir tmp;
+  REQUIRE(record(tmp, tmp / "rec", cpp_example(), {"--dump-steps", "1"}).exit_code == 0);
+  Result ls = run({kOpguard, "ls", tmp / "rec", "--json"}, tmp.path().string());
+  REQUIRE(ls.exit_code == 0);
+  auto j = nlohmann::json::parse(ls.out);
+  REQUIRE(j["ranks"][0]["steps"].size() >= 3);
+  REQUIRE(j["ranks"][0]["steps"][1]["phases"]["forward"]["full_tensors"].get<int>() > 0);
+  REQUIRE(j["ranks"][0]["steps"][0]["phases"]["forward"]["full_tensors"].get<int>() == 0);
+
+  // The first event of step 1 holds full tensors: show previews them.
+  auto events = events_of(tmp / "rec");
+  const fmts::Event* first_in_step1 = nullptr;
+  for (const auto& e : events)
+    if (e.step == 1 && !e.outputs.empty() && e.outputs[0].kind == fmts::ValueKind::kTensor) {
+      first_in_step1 = &e;
+      break;
+    }
+  REQUIRE(first_in_step1 != nullptr);
+  const std::string id = fmts::event_id_string(first_in_step1->id);
+  Result show = run({kOpguard, "show", tmp / "rec", "--event", id}, tmp.path().string());
+  REQUIRE(show.exit_code == 0);
+  REQUIRE(show.out.find(first_in_step1->op) != std::string::npos);
+  REQUIRE(show.out.find("values [") != std::string::npos);
+  Result show_json = run({kOpguard, "show", tmp / "rec", "--event", id, "--json"}, tmp.path().string());
+  REQUIRE(show_json.exit_code == 0);
+  auto sj = nlohmann::json::parse(show_json.out);
+  REQUIRE(sj["op"] == first_in_step1->op);
+  REQUIRE(sj["outputs"][0]["preview"].size() > 0);
+
+  Result missing = run({kOpguard, "show", tmp / "rec", "--event", "99999999"}, tmp.path().string());
+  REQUIRE(missing.exit_code == 2);
+  Result garbage = run({kOpguard, "show", tmp / "rec", "--event", "x.y"}, tmp.path().string());
+  REQUIRE(garbage.exit_code == 2);
+  Result not_recording = run({kOpguard, "ls", tmp.path().string()}, tmp.path().string());
+  REQUIRE(not_recording.exit_code == 65);
+}

@@ -1,0 +1,121 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "opguard/kernels/fingerprint.h"
+
+using opguard::DType;
+using namespace opguard::kernels;
+
+namespace {
+
+std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(gen());
+  return v;
+}
+
+// The definition in fingerprint.h, written out independently of the kernel.
+uint64_t reference_fingerprint(DType dtype, std::vector<int64_t> sizes, const std::vector<uint8_t>& bytes) {
+  std::vector<uint8_t> buf = {'O', 'G', 'F', '1', static_cast<uint8_t>(dtype), static_cast<uint8_t>(sizes.size()), 0, 0};
+  for (int64_t s : sizes) {
+    uint8_t le[8];
+    std::memcpy(le, &s, 8);
+    buf.insert(buf.end(), le, le + 8);
+  }
+  uint64_t n = bytes.size();
+  uint8_t le[8];
+  std::memcpy(le, &n, 8);
+  buf.insert(buf.end(), le, le + 8);
+  for (std::size_t off = 0; off < bytes.size(); off += kFingerprintChunkBytes) {
+    uint64_t h = XXH3_64bits(bytes.data() + off, std::min(kFingerprintChunkBytes, bytes.size() - off));
+    std::memcpy(le, &h, 8);
+    buf.insert(buf.end(), le, le + 8);
+  }
+  return XXH3_64bits(buf.data(), buf.size());
+}
+
+}  // namespace
+
+TEST_CASE("the fingerprint follows its written definition across chunk boundaries") {
+  for (std::size_t n : {std::size_t{0}, std::size_t{4}, kFingerprintChunkBytes - 4, kFingerprintChunkBytes,
+                        kFingerprintChunkBytes + 4, 3 * kFingerprintChunkBytes + 1000}) {
+    auto bytes = random_bytes(n, 7);
+    std::vector<int64_t> sizes = {static_cast<int64_t>(n / 4)};
+    TensorView v{DType::kFloat32, sizes.data(), nullptr, 1, bytes.data()};
+    REQUIRE(fingerprint(v) == reference_fingerprint(DType::kFloat32, sizes, std::vector<uint8_t>(bytes.begin(), bytes.begin() + sizes[0] * 4)));
+  }
+}
+
+TEST_CASE("the fingerprint is the same for one thread and for a pool of four") {
+  auto bytes = random_bytes(5 * kFingerprintChunkBytes + 12, 3);
+  std::vector<int64_t> sizes = {static_cast<int64_t>(bytes.size() / 4)};
+  TensorView v{DType::kInt32, sizes.data(), nullptr, 1, bytes.data()};
+  HashPool pool(4);
+  REQUIRE(pool.threads() == 4);
+  const uint64_t one = fingerprint(v);
+  for (int i = 0; i < 20; ++i) REQUIRE(fingerprint(v, &pool) == one);
+}
+
+TEST_CASE("a non-contiguous view has the fingerprint of its row-major copy") {
+  // A transposed 300 x 1000 float64 matrix: 2.4 MB, so several chunks.
+  const int64_t rows = 300, cols = 1000;
+  std::vector<double> base(rows * cols);
+  std::iota(base.begin(), base.end(), 0.5);
+  std::vector<int64_t> t_sizes = {cols, rows}, t_strides = {1, cols};
+  TensorView transposed{DType::kFloat64, t_sizes.data(), t_strides.data(), 2, base.data()};
+  REQUIRE_FALSE(transposed.is_contiguous());
+  std::vector<double> copy(rows * cols);
+  gather_contiguous(transposed, copy.data());
+  for (int64_t i = 0; i < cols; ++i)
+    for (int64_t j = 0; j < rows; ++j) REQUIRE(copy[i * rows + j] == base[j * cols + i]);
+  TensorView contiguous{DType::kFloat64, t_sizes.data(), nullptr, 2, copy.data()};
+  HashPool pool(3);
+  REQUIRE(fingerprint(transposed) == fingerprint(contiguous));
+  REQUIRE(fingerprint(transposed, &pool) == fingerprint(contiguous));
+}
+
+TEST_CASE("a broadcast view with zero strides hashes its expanded contents") {
+  std::vector<float> row = {1.f, 2.f, 3.f};
+  std::vector<int64_t> sizes = {4, 3}, strides = {0, 1};
+  TensorView expanded{DType::kFloat32, sizes.data(), strides.data(), 2, row.data()};
+  std::vector<float> full = {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3};
+  TensorView dense{DType::kFloat32, sizes.data(), nullptr, 2, full.data()};
+  REQUIRE(fingerprint(expanded) == fingerprint(dense));
+}
+
+TEST_CASE("dtype, shape and every bit change the fingerprint") {
+  std::vector<float> a = {1.f, 2.f, 3.f, 4.f};
+  std::vector<int64_t> s4 = {4}, s22 = {2, 2};
+  const uint64_t base = fingerprint({DType::kFloat32, s4.data(), nullptr, 1, a.data()});
+  REQUIRE(base != fingerprint({DType::kInt32, s4.data(), nullptr, 1, a.data()}));
+  REQUIRE(base != fingerprint({DType::kFloat32, s22.data(), nullptr, 2, a.data()}));
+  // Signed zero and NaN payloads count: bitwise means bitwise.
+  std::vector<float> z = {0.f}, nz = {-0.f};
+  std::vector<int64_t> s1 = {1};
+  REQUIRE(fingerprint({DType::kFloat32, s1.data(), nullptr, 1, z.data()}) !=
+          fingerprint({DType::kFloat32, s1.data(), nullptr, 1, nz.data()}));
+  for (int bit = 0; bit < 32; ++bit) {
+    auto b = a;
+    uint32_t u;
+    std::memcpy(&u, &b[2], 4);
+    u ^= 1u << bit;
+    std::memcpy(&b[2], &u, 4);
+    REQUIRE(base != fingerprint({DType::kFloat32, s4.data(), nullptr, 1, b.data()}));
+  }
+}
+
+TEST_CASE("a zero-size and a 0-d tensor have fingerprints that differ") {
+  std::vector<int64_t> empty = {0};
+  float one = 1.f;
+  const uint64_t e = fingerprint({DType::kFloat32, empty.data(), nullptr, 1, nullptr});
+  const uint64_t scalar = fingerprint({DType::kFloat32, nullptr, nullptr, 0, &one});
+  REQUIRE(e != scalar);
+  REQUIRE(e == reference_fingerprint(DType::kFloat32, {0}, {}));
+}

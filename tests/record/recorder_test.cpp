@@ -1,0 +1,271 @@
+// The recorder inside this process (opguard::Recorder), on crafted op
+// sequences whose events are known.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "opguard/kernels/fingerprint.h"
+#include "opguard/record/recorder.h"
+#include "opguard/record/scope.h"
+
+// doctest after the torch headers (STYLE.md: glog's CHECK).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+namespace fs = std::filesystem;
+using opguard::formats::Event;
+using opguard::formats::StepReader;
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/opguard-record-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return std::string(tmpl) + "/rec";
+}
+
+uint64_t fp_of(const at::Tensor& t0) {
+  at::Tensor t = t0.contiguous();
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  opguard::DType d = t.scalar_type() == at::kFloat ? opguard::DType::kFloat32
+                     : t.scalar_type() == at::kDouble ? opguard::DType::kFloat64
+                     : t.scalar_type() == at::kLong ? opguard::DType::kInt64
+                     : opguard::DType::kUInt8;
+  opguard::kernels::TensorView v{d, sizes.data(), nullptr, static_cast<int>(sizes.size()), t.const_data_ptr()};
+  return opguard::kernels::fingerprint(v);
+}
+
+struct Recorded {
+  std::vector<Event> events;  // all steps, in order
+  opguard::formats::RecordingLayout layout;
+  std::string dir;
+};
+
+Recorded read_all(const std::string& dir) {
+  Recorded r;
+  r.dir = dir;
+  r.layout = opguard::formats::scan_recording(dir);
+  REQUIRE(r.layout.ranks.size() == 1);
+  for (const auto& [step, path] : r.layout.ranks[0].steps) {
+    StepReader reader(path);
+    for (const auto& e : reader.events()) r.events.push_back(e);
+  }
+  return r;
+}
+
+template <typename Fn>
+Recorded record(Fn&& body, const std::string& policy = "") {
+  const std::string dir = temp_dir();
+  opguard::RecorderOptions options;
+  options.out_dir = dir;
+  options.policy = policy;
+  opguard::Recorder::start(options);
+  body();
+  opguard::Recorder::stop();
+  return read_all(dir);
+}
+
+std::vector<const Event*> find_ops(const Recorded& r, const std::string& op) {
+  std::vector<const Event*> out;
+  for (const auto& e : r.events)
+    if (e.op == op) out.push_back(&e);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every top-level operator is one event and the ops inside it are not") {
+  at::Tensor x = at::ones({4, 3});
+  at::Tensor w = at::ones({2, 3});
+  at::Tensor b = at::zeros({2});
+  auto r = record([&] { at::linear(x, w, b); });
+  auto linear = find_ops(r, "aten::linear");
+  REQUIRE(linear.size() == 1);
+  REQUIRE(find_ops(r, "aten::addmm").empty());  // nested inside linear
+  REQUIRE(linear[0]->inputs.size() == 3);
+  REQUIRE(linear[0]->inputs[0].name == "input");
+  REQUIRE(linear[0]->inputs[0].tensor.fingerprint == fp_of(x));
+  REQUIRE(linear[0]->outputs.size() == 1);
+  REQUIRE(linear[0]->outputs[0].tensor.sizes == std::vector<int64_t>{4, 2});
+  REQUIRE(linear[0]->outputs[0].tensor.fingerprint == fp_of(at::linear(x, w, b)));
+  REQUIRE(linear[0]->schema.find("aten::linear(Tensor input") == 0);
+}
+
+TEST_CASE("a tensor an op overwrites in place is fingerprinted before the write") {
+  at::Tensor x = at::ones({1000});
+  const uint64_t ones_fp = fp_of(x);
+  const uint64_t twos_fp = fp_of(at::full({1000}, 2.0f));
+  auto r = record([&] {
+    at::Tensor y = x.mul(3);  // reads x: queued, hashed later
+    x.add_(1);                // overwrites x: the queued read must see ones
+  });
+  auto mul = find_ops(r, "aten::mul");
+  auto add = find_ops(r, "aten::add_");
+  REQUIRE(mul.size() == 1);
+  REQUIRE(add.size() == 1);
+  REQUIRE(mul[0]->inputs[0].tensor.fingerprint == ones_fp);
+  REQUIRE(add[0]->inputs[0].mutated);
+  REQUIRE(add[0]->inputs[0].tensor.fingerprint == ones_fp);
+  REQUIRE(add[0]->outputs[0].tensor.fingerprint == twos_fp);
+  REQUIRE(add[0]->outputs[0].tensor.storage_id == add[0]->inputs[0].tensor.storage_id);
+  REQUIRE(add[0]->outputs[0].tensor.version == add[0]->inputs[0].tensor.version + 1);
+}
+
+TEST_CASE("the output of empty and the old content its first writer overwrites are marked uninitialised") {
+  auto r = record([&] {
+    at::Tensor t = at::empty({16});
+    t.fill_(2.0);
+    at::Tensor u = t.mul(2);
+  });
+  auto empty = find_ops(r, "aten::empty");
+  auto fill = find_ops(r, "aten::fill_");
+  REQUIRE(empty.size() == 1);
+  REQUIRE(fill.size() == 1);
+  REQUIRE((empty[0]->outputs[0].tensor.flags & opguard::formats::kTensorUninitialized));
+  REQUIRE_FALSE(empty[0]->outputs[0].tensor.has_fingerprint());
+  REQUIRE((fill[0]->inputs[0].tensor.flags & opguard::formats::kTensorUninitialized));
+  REQUIRE(fill[0]->outputs[0].tensor.has_fingerprint());
+  REQUIRE(fill[0]->outputs[0].tensor.fingerprint == fp_of(at::full({16}, 2.0f)));
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 1);
+  REQUIRE(mul[0]->inputs[0].tensor.has_fingerprint());  // initialised by then
+}
+
+TEST_CASE("backward ops are events of phase backward with the scope of their forward op") {
+  at::Tensor x = at::ones({3, 4});
+  at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
+  auto r = record([&] {
+    at::Tensor y;
+    {
+      opguard::Scope s("layer");
+      y = at::mm(x, w);
+    }
+    at::Tensor loss = y.sum();
+    loss.backward();
+    opguard::mark_step();
+  });
+  bool found_mm_backward = false;
+  for (const auto& e : r.events) {
+    if (e.phase == opguard::formats::Phase::kBackward && e.node == "MmBackward0" && e.op == "aten::mm") {
+      found_mm_backward = true;
+      REQUIRE(e.scope == "layer");
+    }
+  }
+  REQUIRE(found_mm_backward);
+  auto mm = find_ops(r, "aten::mm");
+  REQUIRE(mm[0]->phase == opguard::formats::Phase::kForward);
+  REQUIRE(mm[0]->scope == "layer");
+}
+
+TEST_CASE("mark_step ends a step: events after it are in the next step file") {
+  at::Tensor x = at::ones({8});
+  auto r = record([&] {
+    x.mul(2);
+    opguard::mark_step();
+    x.mul(3);
+    x.mul(4);
+    opguard::mark_step();
+  });
+  REQUIRE(r.layout.ranks[0].steps.size() == 2);
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 3);
+  REQUIRE(mul[0]->step == 0);
+  REQUIRE(mul[1]->step == 1);
+  REQUIRE(mul[2]->step == 1);
+  REQUIRE(mul[1]->id == mul[0]->id + 1);  // main thread: consecutive ids
+}
+
+TEST_CASE("the sampling policy stores full tensors for the steps it names only") {
+  at::Tensor x = at::arange(10, at::kFloat);
+  auto r = record(
+      [&] {
+        x.mul(2);
+        opguard::mark_step();
+        x.mul(3);
+        opguard::mark_step();
+      },
+      "steps=1");
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 2);
+  REQUIRE_FALSE((mul[0]->outputs[0].tensor.flags & opguard::formats::kTensorHasData));
+  REQUIRE((mul[1]->outputs[0].tensor.flags & opguard::formats::kTensorHasData));
+  StepReader reader(r.layout.ranks[0].steps[1].second);
+  auto data = reader.read_tensor(mul[1]->outputs[0].tensor.data_index);
+  at::Tensor expected = x.mul(3);
+  REQUIRE(data.bytes.size() == 40);
+  REQUIRE(std::memcmp(data.bytes.data(), expected.const_data_ptr(), 40) == 0);
+}
+
+TEST_CASE("a random op carries the generator state as an input, which differs with the seed") {
+  auto run = [&](uint64_t seed) {
+    return record([&] {
+      at::manual_seed(seed);
+      at::randn({32});
+    });
+  };
+  auto a = run(1), b = run(1), c = run(2);
+  auto gen_fp = [](const Recorded& r) {
+    auto randn = find_ops(r, "aten::randn");
+    REQUIRE(randn.size() == 1);
+    for (const auto& v : randn[0]->inputs)
+      if (v.kind == opguard::formats::ValueKind::kGenerator) return v.tensor.fingerprint;
+    FAIL("randn has no generator input");
+    return uint64_t{0};
+  };
+  REQUIRE(gen_fp(a) == gen_fp(b));
+  REQUIRE(gen_fp(a) != gen_fp(c));
+  REQUIRE(find_ops(a, "aten::randn")[0]->outputs[0].tensor.fingerprint ==
+          find_ops(b, "aten::randn")[0]->outputs[0].tensor.fingerprint);
+}
+
+TEST_CASE("events of another thread form their own stream and do not shift the main thread's ids") {
+  at::Tensor x = at::ones({8});
+  auto r = record([&] {
+    x.mul(2);
+    std::thread t([&] {
+      x.mul(5);
+      x.mul(6);
+    });
+    t.join();
+    x.mul(3);
+  });
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 4);
+  std::vector<uint64_t> main_ids, other_ids;
+  for (const auto* e : mul) (e->stream == 0 ? main_ids : other_ids).push_back(e->id);
+  REQUIRE(main_ids.size() == 2);
+  REQUIRE(other_ids.size() == 2);
+  REQUIRE(main_ids[1] == main_ids[0] + 1);
+  REQUIRE((other_ids[0] >> 48) != 0);
+}
+
+TEST_CASE("an output directory that cannot be created stops the recording but not the program") {
+  char tmpl[] = "/tmp/opguard-record-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string file = std::string(tmpl) + "/a-file";
+  FILE* f = std::fopen(file.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fclose(f);
+  opguard::RecorderOptions options;
+  options.out_dir = file + "/rec";  // under a regular file: mkdir fails even as root
+  opguard::Recorder::start(options);
+  at::Tensor y = at::ones({4}).mul(2);
+  opguard::Recorder::stop();
+  REQUIRE(y.sum().item<float>() == 8.0f);
+  REQUIRE(opguard::Recorder::stats().failed);
+}
+
+TEST_CASE("a bad sampling policy is refused before anything is recorded") {
+  opguard::RecorderOptions options;
+  options.out_dir = temp_dir();
+  options.policy = "steps=banana";
+  REQUIRE_THROWS_AS(opguard::Recorder::start(options), opguard::Error);
+  REQUIRE_FALSE(opguard::Recorder::active());
+}

@@ -1,0 +1,88 @@
+#pragma once
+// Test support: temporary directories and child processes. Header-only, no
+// torch, so end-to-end tests compile in seconds.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace opguard::testing {
+
+// A fresh directory from mkdtemp, removed at the end unless keep() was called
+// (then its path is printed as evidence).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "opguard_test_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) std::abort();
+    path_ = pattern;
+  }
+  ~TempDir() {
+    if (keep_) {
+      std::fprintf(stderr, "evidence kept in %s\n", path_.c_str());
+    } else {
+      std::error_code ignored;
+      std::filesystem::remove_all(path_, ignored);
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  bool keep_ = false;
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Result {
+  int exit_code = -1;  // 128+N when killed by signal N
+  std::string out;
+  std::string err;
+};
+
+// Runs argv (no shell) with extra environment entries; captures stdout and
+// stderr through files in `scratch`.
+inline Result run(const std::vector<std::string>& argv, const std::string& scratch,
+                  const std::vector<std::string>& extra_env = {}) {
+  static int counter = 0;
+  const std::string out_path = scratch + "/stdout." + std::to_string(counter);
+  const std::string err_path = scratch + "/stderr." + std::to_string(counter++);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+}  // namespace opguard::testing
