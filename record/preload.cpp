@@ -12,8 +12,6 @@
 namespace opguard::record {
 namespace {
 
-void stop_at_exit() { stop_recording(); }
-
 __attribute__((constructor)) void start_from_environment() {
   std::optional<RecorderConfig> config;
   try {
@@ -26,7 +24,7 @@ __attribute__((constructor)) void start_from_environment() {
     std::fflush(stderr);
     std::_Exit(2);
   }
-  std::atexit(stop_at_exit);
+  // stop_recording() runs at exit: registered when the recording opens.
 }
 
 }  // namespace

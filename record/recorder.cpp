@@ -857,6 +857,12 @@ void RecorderImpl::open_recording() {
     ::close(fd);
     collect_run_info(manifest);
     write_manifest(false);
+    // Registered now, not when the library loads: torch's context and HDF5
+    // (which closes every file in its own exit handler) are initialised by
+    // here, and exit handlers run in reverse order, so the last step is
+    // written before either goes away.
+    static std::once_flag exit_once;
+    std::call_once(exit_once, [] { std::atexit([] { stop_recording(); }); });
     writer = std::make_unique<Writer>(rank_dir, rank, step.load(), config,
                                       [this](const std::string& m) { fail_once(*this, m); });
   } catch (const std::exception& e) {
@@ -945,7 +951,7 @@ void stop_recording() {
     rec->writer->finish();
     if (rec->writer->failed()) rec->failed.store(true);
   }
-  if (rec->opened.load() && !rec->refused.load()) {
+  if (rec->opened.load() && !rec->refused.load() && rec->writer) {
     try {
       rec->write_manifest(true);
     } catch (const std::exception& e) {

@@ -52,7 +52,24 @@ bool Writer::has_room(uint64_t bytes) const {
   return queue_.empty() || queued_bytes_ + bytes <= config_.queue.max_bytes;
 }
 
+void Writer::bury(at::Tensor tensor) {
+  if (!tensor.defined()) return;
+  std::lock_guard<std::mutex> lock(graveyard_mutex_);
+  graveyard_.push_back(std::move(tensor));  // a move: no reference count changes
+}
+
+void Writer::collect_garbage() {
+  std::vector<at::Tensor> dead;
+  {
+    std::lock_guard<std::mutex> lock(graveyard_mutex_);
+    if (graveyard_.empty()) return;
+    dead.swap(graveyard_);
+  }
+  // `dead` goes out of scope here, on an application thread, holding no lock.
+}
+
 void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
+  collect_garbage();
   if (failed_.load()) return;
   {
     std::lock_guard<std::mutex> lock(registry_mutex_);
@@ -166,7 +183,8 @@ void Writer::release(TensorTask& task) {
     if (cache_.size() > 65536) cache_.clear();
     cache_[entry.storage_id] = std::move(entry);
   }
-  task.tensor = at::Tensor();
+  // Not dropped here: see bury().
+  bury(std::move(task.tensor));
   if (task.storage != nullptr) {
     auto it = registry_.find(task.storage);
     if (it != registry_.end()) {
@@ -304,6 +322,7 @@ void Writer::finish() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  collect_garbage();
 }
 
 }  // namespace opguard::record

@@ -61,6 +61,12 @@ class Writer {
   void close_step();
   void fail(const std::string& message);
   void release(TensorTask& task);
+  // Tensors of the application are never dropped on an opguard thread: the
+  // last reference to a tensor that Python owns takes the GIL, which a training
+  // thread waiting on one of our locks may hold. The writer buries them; the
+  // next application thread that enqueues (and finish()) drops them.
+  void bury(at::Tensor tensor);
+  void collect_garbage();
   void help_until_room(uint64_t bytes);
 
   const std::string rank_dir_;
@@ -92,6 +98,9 @@ class Writer {
     uint64_t fingerprint = 0;
   };
   std::unordered_map<uint64_t, CacheEntry> cache_;  // by storage id
+
+  std::mutex graveyard_mutex_;
+  std::vector<at::Tensor> graveyard_;
 
   std::unique_ptr<formats::StepWriter> step_writer_;  // writer thread only
   int64_t open_step_ = 0;  // the step whose file is (or will be) open
