@@ -22,7 +22,13 @@ namespace opguard::record {
 struct TensorTask {
   enum State : int { kPending = 0, kRunning = 1, kDone = 2 };
 
-  at::Tensor tensor;  // released (reset) once done
+  // The tensor, until the task is queued; then, for CPU tensors, only its
+  // storage and data pointer. Holding the tensor itself would raise its use
+  // count, which autograd reads (AccumulateGrad steals a gradient only when
+  // nobody else holds it): the op stream would depend on the writer's timing.
+  at::Tensor tensor;
+  c10::Storage keep;  // keeps `data` alive once `tensor` is dropped
+  const void* data = nullptr;
   formats::TensorMeta meta;  // shape, identity and flags; fingerprint once done
   bool fingerprint = true;   // false: uninitialised / dropped / not hashable
   bool dump = false;         // copy the full contents for /data

@@ -20,7 +20,7 @@ kernels::TensorView view_of(const at::Tensor& t, const formats::TensorMeta& meta
   v.sizes = meta.sizes.data();
   v.strides = meta.strides.data();
   v.ndim = static_cast<int>(meta.sizes.size());
-  v.data = t.const_data_ptr();
+  v.data = t.defined() ? t.const_data_ptr() : nullptr;
   return v;
 }
 
@@ -52,18 +52,22 @@ bool Writer::has_room(uint64_t bytes) const {
   return queue_.empty() || queued_bytes_ + bytes <= config_.queue.max_bytes;
 }
 
-void Writer::bury(at::Tensor tensor) {
-  if (!tensor.defined()) return;
+void Writer::bury(at::Tensor tensor, c10::Storage storage) {
+  if (!tensor.defined() && !storage) return;
   std::lock_guard<std::mutex> lock(graveyard_mutex_);
-  graveyard_.push_back(std::move(tensor));  // a move: no reference count changes
+  // Moves: no reference count changes here.
+  if (tensor.defined()) graveyard_.push_back(std::move(tensor));
+  if (storage) storage_graveyard_.push_back(std::move(storage));
 }
 
 void Writer::collect_garbage() {
   std::vector<at::Tensor> dead;
+  std::vector<c10::Storage> dead_storages;
   {
     std::lock_guard<std::mutex> lock(graveyard_mutex_);
-    if (graveyard_.empty()) return;
+    if (graveyard_.empty() && storage_graveyard_.empty()) return;
     dead.swap(graveyard_);
+    dead_storages.swap(storage_graveyard_);
   }
   // `dead` goes out of scope here, on an application thread, holding no lock.
 }
@@ -71,6 +75,13 @@ void Writer::collect_garbage() {
 void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
   collect_garbage();
   if (failed_.load()) return;
+  for (auto& task : event->tasks) {
+    if (task && task->tensor.defined() && task->tensor.device().is_cpu() && task->state.load() == TensorTask::kPending) {
+      task->data = task->tensor.const_data_ptr();
+      task->keep = task->tensor.storage();
+      task->tensor = at::Tensor();  // on the application thread: see pending.h
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(registry_mutex_);
     for (auto& task : event->tasks) {
@@ -147,8 +158,9 @@ void Writer::run_task(TensorTask& task) {
     if (task.fingerprint || task.dump) {
       at::RecordFunctionGuard no_recording(false);
       at::Tensor t = task.tensor;
-      if (!t.device().is_cpu()) t = t.cpu();  // the CUDA path hashes on the device (kernels/)
+      if (t.defined() && !t.device().is_cpu()) t = t.cpu();  // the CUDA path hashes on the device (kernels/)
       auto view = view_of(t, task.meta);
+      if (!t.defined()) view.data = task.data;
       // Only the writer thread uses the pool: a training thread running a task
       // must not wait behind the writer's job.
       kernels::HashPool* pool = t_is_writer_thread ? &pool_ : nullptr;
@@ -169,8 +181,15 @@ void Writer::run_task(TensorTask& task) {
 }
 
 void Writer::release(TensorTask& task) {
+  // Dropped when this function returns, after the lock: on an application
+  // thread at once (a buried tensor would keep its use count raised), on the
+  // writer thread through bury().
+  at::Tensor tensor = std::move(task.tensor);
+  c10::Storage keep = std::move(task.keep);
+  task.data = nullptr;
+  if (t_is_writer_thread) bury(std::move(tensor), std::move(keep));
   std::lock_guard<std::mutex> lock(registry_mutex_);
-  if (task.fingerprint && task.tensor.defined()) {
+  if (task.fingerprint && !(task.meta.flags & formats::kTensorNotFingerprinted)) {
     // Outputs and inputs alike describe the bits of this storage version.
     CacheEntry entry;
     entry.storage_id = task.meta.storage_id;
@@ -184,7 +203,6 @@ void Writer::release(TensorTask& task) {
     cache_[entry.storage_id] = std::move(entry);
   }
   // Not dropped here: see bury().
-  bury(std::move(task.tensor));
   if (task.storage != nullptr) {
     auto it = registry_.find(task.storage);
     if (it != registry_.end()) {

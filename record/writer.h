@@ -65,7 +65,7 @@ class Writer {
   // last reference to a tensor that Python owns takes the GIL, which a training
   // thread waiting on one of our locks may hold. The writer buries them; the
   // next application thread that enqueues (and finish()) drops them.
-  void bury(at::Tensor tensor);
+  void bury(at::Tensor tensor, c10::Storage storage);
   void collect_garbage();
   void help_until_room(uint64_t bytes);
 
@@ -101,6 +101,7 @@ class Writer {
 
   std::mutex graveyard_mutex_;
   std::vector<at::Tensor> graveyard_;
+  std::vector<c10::Storage> storage_graveyard_;
 
   std::unique_ptr<formats::StepWriter> step_writer_;  // writer thread only
   int64_t open_step_ = 0;  // the step whose file is (or will be) open
