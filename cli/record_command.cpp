@@ -54,7 +54,6 @@ struct RecordOptions {
   std::string queue_bytes;
   std::string queue_full = "wait";
   bool strict = false;
-  bool sync = false;
   int hash_threads = 1;
   std::vector<std::string> command;
 };
@@ -193,7 +192,6 @@ int run_record(const RecordOptions& o) {
   env.push_back(std::string(record::kEnvQueue) + "=" + queue);
   env.push_back(std::string("OPGUARD_LIB=") + library);
   if (o.strict) env.push_back(std::string(record::kEnvStrict) + "=1");
-  if (o.sync) env.push_back(std::string(record::kEnvSync) + "=1");
   env.push_back(std::string(record::kEnvHashThreads) + "=" + std::to_string(o.hash_threads));
   env.push_back(std::string(record::kEnvCommand) + "=" + command_line);
 
@@ -259,8 +257,7 @@ void add_record_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--queue-full", opts->queue_full, "When the queue is full: wait (default) or drop")
       ->check(CLI::IsMember({"wait", "drop"}));
   sub->add_flag("--strict", opts->strict, "Abort the run (exit 74) if the recording cannot be written");
-  sub->add_flag("--sync-fingerprints", opts->sync, "Fingerprint on the training thread (exact under writes outside torch)");
-  sub->add_option("--hash-threads", opts->hash_threads, "Threads the writer hashes with (default 1)");
+  sub->add_option("--hash-threads", opts->hash_threads, "Threads that hash tensors of 1 MiB or more alongside the training thread (default 1: the training thread alone)");
   sub->add_option("command", opts->command, "-- PROGRAM ARGS...")->required();
   sub->positionals_at_end();
   sub->callback([opts, &result] { result.exit_code = run_record(*opts); });

@@ -211,7 +211,6 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
   c.policy = parse_policy(get(kEnvPolicy));
   c.queue = parse_queue(get(kEnvQueue));
   c.strict = get(kEnvStrict) == "1";
-  c.sync = get(kEnvSync) == "1";
   const std::string threads = get(kEnvHashThreads);
   if (!threads.empty()) {
     c.hash_threads = static_cast<int>(parse_int(threads, kEnvHashThreads));

@@ -1,15 +1,14 @@
 #pragma once
 // Private to record/: the work items that leave the training thread.
 //
-// Ownership: a PendingEvent is created on the thread that ran the operator,
-// handed to the Writer queue, and destroyed by the writer thread after its step
-// file has the event. A TensorTask holds a reference to the tensor (keeping its
-// storage alive) until it is fingerprinted, so the queue's byte bound is also a
-// bound on the memory the recorder keeps alive.
+// Nothing here refers to the application's tensors. The hook fingerprints
+// (and, when the policy wants full tensors, copies) every tensor before its
+// callback returns: a reference kept any longer would raise the tensor's or
+// its storage's use count, which autograd reads (InputBuffer accumulates in
+// place and AccumulateGrad steals a gradient only when nobody else holds it),
+// so the recorded program would run different operators depending on the
+// writer's timing. The writer thread only writes what it is given.
 
-#include <ATen/core/Tensor.h>
-
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,24 +19,11 @@
 namespace opguard::record {
 
 struct TensorTask {
-  enum State : int { kPending = 0, kRunning = 1, kDone = 2 };
-
-  // The tensor, until the task is queued; then, for CPU tensors, only its
-  // storage and data pointer. Holding the tensor itself would raise its use
-  // count, which autograd reads (AccumulateGrad steals a gradient only when
-  // nobody else holds it): the op stream would depend on the writer's timing.
-  at::Tensor tensor;
-  c10::Storage keep;  // keeps `data` alive once `tensor` is dropped
-  const void* data = nullptr;
-  formats::TensorMeta meta;  // shape, identity and flags; fingerprint once done
-  bool fingerprint = true;   // false: uninitialised / dropped / not hashable
-  bool dump = false;         // copy the full contents for /data
-  std::vector<uint8_t> bytes;  // the full contents, when dump
-  const c10::StorageImpl* storage = nullptr;  // registry key while pending
-  uint64_t nbytes = 0;  // bytes this task counts against the queue bound
-  std::atomic<int> state{kPending};
+  formats::TensorMeta meta;    // shape, identity, flags and fingerprint
+  std::vector<uint8_t> bytes;  // the full contents (row-major), when kept
+  bool has_bytes = false;
 };
-using TensorTaskPtr = std::shared_ptr<TensorTask>;
+using TensorTaskPtr = std::unique_ptr<TensorTask>;
 
 enum class IntKind : uint8_t { kPlain, kScalarType, kLayout, kMemoryFormat };
 
@@ -58,12 +44,12 @@ struct OpInfo {
 };
 
 struct PendingEvent {
-  formats::Event event;  // everything but op strings and fingerprints
+  formats::Event event;  // everything but op strings and tensor metadata
   const OpInfo* op = nullptr;
   const std::string* scope = nullptr;  // interned, lives as long as the recorder
-  // For each value of event.inputs then event.outputs: its task, or null.
+  // For each value of event.inputs then event.outputs: its tensor, or null.
   std::vector<TensorTaskPtr> tasks;
-  // Bytes all tasks count against the queue bound.
+  // Bytes of full contents this event holds (counted against the queue bound).
   uint64_t queued_bytes = 0;
 };
 

@@ -1,11 +1,11 @@
 // The RecordFunction hook: turns every top-level operator call into an Event.
 //
 // What runs on the training thread (per top-level op): reading the boxed
-// inputs and outputs into Values, assigning storage ids, and queueing the
-// tensors. Fingerprints and copies happen on the writer thread, except where
-// the op is about to overwrite a tensor: its old bits are fingerprinted first
-// (or known from the cache), because the writer would otherwise hash the new
-// ones.
+// inputs and outputs into Values, assigning storage ids, fingerprinting every
+// tensor (inputs before the op runs, outputs after), copying the ones the
+// sampling policy keeps in full, and queueing the event. No reference to an
+// application tensor outlives the callback (pending.h says why); the HDF5
+// work happens on the writer thread.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
@@ -31,6 +31,7 @@
 #include <xxhash.h>
 
 #include "opguard/core/error.h"
+#include "opguard/kernels/fingerprint.h"
 #include "opguard/record/config.h"
 #include "opguard/record/recorder.h"
 #include "opguard/record/scope.h"
@@ -38,8 +39,6 @@
 #include "writer.h"
 
 namespace opguard::record {
-
-bool is_writer_thread();
 
 namespace {
 
@@ -120,6 +119,7 @@ struct Context : at::ObserverContext {
   explicit Context(Kind k) : kind(k) {}
   Kind kind;
   std::unique_ptr<PendingEvent> pending;
+  bool dump = false;  // the sampling policy keeps this event's tensors in full
 };
 
 }  // namespace
@@ -152,7 +152,20 @@ struct RecorderImpl {
   std::atomic<bool> opened{false};
   std::atomic<bool> refused{false};  // another process owns this rank
   std::unique_ptr<Writer> writer;
+  std::unique_ptr<kernels::HashPool> pool;  // helps training threads hash large tensors
   formats::Manifest manifest;
+
+  // The fingerprint of each storage's last hashed view, while its version is
+  // unchanged: a weight read by forward, backward and optimizer is hashed once.
+  struct CacheEntry {
+    uint32_t version = 0;
+    int64_t offset = 0;
+    std::vector<int64_t> sizes, strides;
+    DType dtype = DType::kUInt8;
+    uint64_t fingerprint = 0;
+  };
+  std::mutex cache_mutex;
+  std::unordered_map<uint64_t, CacheEntry> fingerprint_cache;  // by storage id
 
   // Interned strings and operator facts; entries never move or die while the
   // recorder lives, so events keep raw pointers to them.
@@ -191,6 +204,8 @@ struct RecorderImpl {
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
   uint64_t storage_id(const at::Tensor& t);
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
+  bool cached_fingerprint(const formats::TensorMeta& m, uint64_t* fp);
+  void cache_fingerprint(const formats::TensorMeta& m);
   void mark_uninitialized(const at::Tensor& t);
   void open_recording();
   void write_manifest(bool final_write);
@@ -305,6 +320,25 @@ bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
   return true;
 }
 
+bool RecorderImpl::cached_fingerprint(const formats::TensorMeta& m, uint64_t* fp) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  auto it = fingerprint_cache.find(m.storage_id);
+  if (it == fingerprint_cache.end()) return false;
+  const CacheEntry& e = it->second;
+  if (e.version != m.version || e.offset != m.storage_offset || e.dtype != m.dtype ||
+      e.sizes != m.sizes || e.strides != m.strides)
+    return false;
+  *fp = e.fingerprint;
+  return true;
+}
+
+void RecorderImpl::cache_fingerprint(const formats::TensorMeta& m) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (fingerprint_cache.size() > 65536) fingerprint_cache.clear();
+  fingerprint_cache[m.storage_id] =
+      CacheEntry{m.version, m.storage_offset, m.sizes, m.strides, m.dtype, m.fingerprint};
+}
+
 void RecorderImpl::mark_uninitialized(const at::Tensor& t) {
   std::lock_guard<std::mutex> lock(storage_mutex);
   uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), t.storage().getWeakStorageImpl());
@@ -359,11 +393,13 @@ struct ValueBuilder {
   PendingEvent& pending;
   bool dump;
   std::vector<Value>& values;
-  std::vector<TensorTaskPtr> tasks;  // parallel to values
+  std::vector<TensorTaskPtr> tasks;   // parallel to values
+  std::vector<at::Tensor> tensors;    // parallel to values; dropped by settle()
 
-  void add(Value v, TensorTaskPtr task = nullptr) {
+  void add(Value v, TensorTaskPtr task = nullptr, at::Tensor t = at::Tensor()) {
     values.push_back(std::move(v));
     tasks.push_back(std::move(task));
+    tensors.push_back(std::move(t));
   }
 
   void add_tensor(const at::Tensor& t, const std::string& name, bool written) {
@@ -377,7 +413,7 @@ struct ValueBuilder {
       return;
     }
     v.kind = ValueKind::kTensor;
-    auto task = std::make_shared<TensorTask>();
+    auto task = std::make_unique<TensorTask>();
     formats::TensorMeta& m = task->meta;
     auto dtype = to_dtype(t.scalar_type());
     const bool hashable = dtype && t.layout() == c10::kStrided && t.has_storage() &&
@@ -393,20 +429,81 @@ struct ValueBuilder {
     m.device = t.device().str();
     if (!hashable) {
       m.flags |= formats::kTensorNotFingerprinted;
-      task->fingerprint = false;
-      task->state.store(TensorTask::kDone);
       v.tensor = m;
-      add(std::move(v), task);
+      add(std::move(v), std::move(task));
       return;
     }
     m.storage_id = rec.storage_id(t);
     m.version = static_cast<uint32_t>(t._version());
-    task->storage = t.storage().unsafeGetStorageImpl();
-    task->tensor = t;
-    task->dump = dump;
-    task->nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
     v.tensor = m;
-    add(std::move(v), task);
+    add(std::move(v), std::move(task), t);
+  }
+
+  // Bytes of full contents settle() would keep.
+  uint64_t dump_bytes() const {
+    if (!dump) return 0;
+    uint64_t n = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].defined()) n += static_cast<uint64_t>(tensors[i].numel()) * tensors[i].element_size();
+    return n;
+  }
+
+  // Fingerprints every tensor this builder holds, on this thread, copies the
+  // full contents when `keep_data`, and drops the references. `written` says
+  // which uninitialised storages the op writes (their mark is cleared);
+  // `makes_uninitialized` marks the outputs of empty* ops.
+  void settle(bool keep_data, bool outputs) {
+    at::RecordFunctionGuard no_recording(false);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      at::Tensor t = std::move(tensors[i]);
+      if (!t.defined()) continue;
+      TensorTask& task = *tasks[i];
+      formats::TensorMeta& m = task.meta;
+      const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+      if (outputs && pending.op->makes_uninitialized) rec.mark_uninitialized(t);
+      if ((outputs && pending.op->makes_uninitialized) ||
+          rec.take_uninitialized(storage, !outputs && values[i].mutated)) {
+        // Bits of a buffer made by empty*: not data, never fingerprinted.
+        m.flags |= formats::kTensorUninitialized;
+        continue;
+      }
+      const bool want_data = dump && m.flags == 0;
+      if (want_data && !keep_data) {
+        m.flags |= formats::kTensorDropped;
+        rec.dropped.fetch_add(1, std::memory_order_relaxed);
+      }
+      const bool copy = want_data && keep_data;
+      if (!copy && rec.cached_fingerprint(m, &m.fingerprint)) continue;
+      try {
+        at::Tensor host = t.device().is_cpu() ? t : t.cpu();  // the CUDA path hashes on the device (kernels/)
+        kernels::TensorView view;
+        view.dtype = m.dtype;
+        view.sizes = m.sizes.data();
+        view.strides = m.strides.data();
+        view.ndim = static_cast<int>(m.sizes.size());
+        view.data = host.const_data_ptr();
+        m.fingerprint = kernels::fingerprint(view, rec.pool.get());
+        if (copy) {
+          task.bytes.resize(static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype));
+          kernels::gather_contiguous(view, task.bytes.data());
+          task.has_bytes = true;
+          pending.queued_bytes += task.bytes.size();
+        }
+        rec.cache_fingerprint(m);
+      } catch (const std::exception&) {
+        // A tensor we cannot read (freed device memory, an exotic layout):
+        // keep the event without this fingerprint.
+        m.flags |= formats::kTensorNotFingerprinted;
+        std::vector<uint8_t>().swap(task.bytes);
+        task.has_bytes = false;
+      }
+    }
+  }
+
+  // Moves the tasks into the pending event (after settle()).
+  void hand_over() {
+    for (auto& task : tasks) pending.tasks.push_back(std::move(task));
+    tasks.clear();
   }
 
   void add_ivalue(const c10::IValue& iv, const std::string& name, bool written, IntKind int_kind) {
@@ -564,37 +661,16 @@ void fail_once(RecorderImpl& rec, const std::string& what) {
   }
 }
 
-// Fingerprints now (on this thread) the tensors the op is about to overwrite.
-void settle_written_inputs(RecorderImpl& rec, PendingEvent& pending, std::vector<TensorTaskPtr>& tasks,
-                           const std::vector<Value>& values) {
-  std::vector<const c10::StorageImpl*> written;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (values[i].mutated && tasks[i] && tasks[i]->storage) written.push_back(tasks[i]->storage);
+// Applies the queue policy to `bytes` of full contents about to be kept:
+// under wait, blocks until the writer has room; under drop, says whether
+// they fit (the fingerprints are taken either way).
+bool queue_takes(RecorderImpl& rec, uint64_t bytes) {
+  if (bytes == 0) return true;
+  if (rec.config.queue.policy == QueueFullPolicy::kWait) {
+    rec.writer->wait_for_room(bytes);
+    return true;
   }
-  if (written.empty()) return;
-  for (const auto* s : written) rec.writer->flush_storage(s);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    auto& task = tasks[i];
-    if (!task || !task->storage || task->state.load() == TensorTask::kDone) continue;
-    if (std::find(written.begin(), written.end(), task->storage) == written.end()) continue;
-    if (rec.take_uninitialized(task->storage, values[i].mutated)) {
-      // Old contents of a buffer made by empty*: not data, not fingerprinted.
-      task->meta.flags |= formats::kTensorUninitialized;
-      task->fingerprint = false;
-      task->dump = false;
-      task->tensor = at::Tensor();
-      task->state.store(TensorTask::kDone);
-      continue;
-    }
-    uint64_t fp = 0;
-    if (!task->dump && rec.writer->cached_fingerprint(task->tensor, task->meta.storage_id, &fp)) {
-      task->meta.fingerprint = fp;
-      task->tensor = at::Tensor();
-      task->state.store(TensorTask::kDone);
-      continue;
-    }
-    rec.writer->run_task(*task);
-  }
+  return rec.writer->has_room(bytes);
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -699,8 +775,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   pending.op = op;
   pending.scope = current_scope(rec, ts);
   const bool dump = rec.wants_dump(ts, *op, pending.scope, ev.stream, ev.seq, ev.step);
+  ctx->dump = dump;
 
-  ValueBuilder inputs{rec, pending, dump, ev.inputs, {}};
+  ValueBuilder inputs{rec, pending, dump, ev.inputs, {}, {}};
   const auto args = fn.inputs();
   for (std::size_t i = 0; i < args.size(); ++i) {
     const bool named = i < op->arg_names.size();
@@ -712,23 +789,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     for (const auto& v : ev.inputs) has_generator_arg = has_generator_arg || v.kind == ValueKind::kGenerator;
     if (!has_generator_arg) inputs.add_generator(at::detail::getDefaultCPUGenerator(), "<default_generator>");
   }
-  // Inputs that are uninitialised memory are never fingerprinted.
-  for (std::size_t i = 0; i < inputs.tasks.size(); ++i) {
-    auto& task = inputs.tasks[i];
-    if (task && task->storage && !ev.inputs[i].mutated && rec.take_uninitialized(task->storage, false)) {
-      task->meta.flags |= formats::kTensorUninitialized;
-      task->fingerprint = false;
-      task->dump = false;
-      task->tensor = at::Tensor();
-      task->state.store(TensorTask::kDone);
-    }
-  }
-  settle_written_inputs(rec, pending, inputs.tasks, ev.inputs);
-  if (rec.config.sync) {
-    for (auto& task : inputs.tasks)
-      if (task) rec.writer->run_task(*task);
-  }
-  pending.tasks = std::move(inputs.tasks);
+  // Inputs are hashed now, before the op can overwrite any of them.
+  inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
+  inputs.hand_over();
   ev.t_start_ns = now_ns();
   return ctx;
 }
@@ -770,57 +833,20 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   formats::Event& ev = pending.event;
   ev.t_end_ns = now_ns();
   const OpInfo& op = *pending.op;
-  const bool dump = !pending.tasks.empty()
-                        ? std::any_of(pending.tasks.begin(), pending.tasks.end(),
-                                      [](const TensorTaskPtr& t) { return t && t->dump; })
-                        : rec.wants_dump(ts, op, pending.scope, ev.stream, ev.seq, ev.step);
-  ValueBuilder outputs{rec, pending, dump, ev.outputs, {}};
+  const bool dump = ctx->dump;
+  ValueBuilder outputs{rec, pending, dump, ev.outputs, {}, {}};
   const auto& outs = fn.outputs();
   for (std::size_t i = 0; i < outs.size(); ++i) {
     outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
                        IntKind::kPlain);
   }
-  for (std::size_t i = 0; i < outputs.tasks.size(); ++i) {
-    auto& task = outputs.tasks[i];
-    if (!task || !task->storage) continue;
-    if (op.makes_uninitialized) {
-      rec.mark_uninitialized(task->tensor);
-    } else if (!rec.take_uninitialized(task->storage, false)) {
-      continue;
-    }
-    task->meta.flags |= formats::kTensorUninitialized;
-    task->fingerprint = false;
-    task->dump = false;
-    task->tensor = at::Tensor();
-    task->state.store(TensorTask::kDone);
-  }
-  for (auto& task : outputs.tasks) pending.tasks.push_back(std::move(task));
-
-  uint64_t bytes = 0;
-  for (const auto& task : pending.tasks)
-    if (task && task->state.load() != TensorTask::kDone) bytes += task->nbytes;
-  if (dump) {
-    const uint64_t total = rec.dumped_bytes.fetch_add(bytes) + bytes;
+  outputs.settle(queue_takes(rec, outputs.dump_bytes() + pending.queued_bytes), true);
+  outputs.hand_over();
+  if (pending.queued_bytes > 0) {
+    const uint64_t total = rec.dumped_bytes.fetch_add(pending.queued_bytes) + pending.queued_bytes;
     if (rec.config.policy.budget_bytes > 0 && total > rec.config.policy.budget_bytes)
       rec.budget_exhausted.store(true);
   }
-  if (rec.config.queue.policy == QueueFullPolicy::kDrop && !rec.writer->has_room(bytes)) {
-    for (auto& task : pending.tasks) {
-      if (!task || task->state.load() == TensorTask::kDone) continue;
-      task->meta.flags |= formats::kTensorDropped;
-      task->fingerprint = false;
-      task->dump = false;
-      task->tensor = at::Tensor();
-      task->state.store(TensorTask::kDone);
-      rec.dropped.fetch_add(1);
-    }
-    bytes = 0;
-  }
-  if (rec.config.sync) {
-    for (auto& task : pending.tasks)
-      if (task) rec.writer->run_task(*task);
-  }
-  pending.queued_bytes = bytes;
   ev.step = rec.step.load();
   rec.events.fetch_add(1, std::memory_order_relaxed);
   rec.writer->enqueue(std::move(ctx->pending));
@@ -863,6 +889,7 @@ void RecorderImpl::open_recording() {
     // written before either goes away.
     static std::once_flag exit_once;
     std::call_once(exit_once, [] { std::atexit([] { stop_recording(); }); });
+    pool = std::make_unique<kernels::HashPool>(config.hash_threads);
     writer = std::make_unique<Writer>(rank_dir, rank, step.load(), config,
                                       [this](const std::string& m) { fail_once(*this, m); });
   } catch (const std::exception& e) {
@@ -876,7 +903,6 @@ void RecorderImpl::write_manifest(bool final_write) {
   manifest.world_size = world_size;
   manifest.info["sampling_policy"] = config.policy.to_string();
   manifest.info["queue"] = config.queue.to_string();
-  manifest.info["sync_fingerprints"] = config.sync ? "1" : "0";
   manifest.info["strict"] = config.strict ? "1" : "0";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
   if (final_write) {
@@ -886,6 +912,7 @@ void RecorderImpl::write_manifest(bool final_write) {
     manifest.info["recording_failed"] = failed.load() ? "1" : "0";
     manifest.info["events"] = std::to_string(writer ? writer->events_written() : 0);
     manifest.info["dropped_tensors"] = std::to_string(dropped.load());
+    manifest.info["peak_queued_bytes"] = std::to_string(writer ? writer->peak_queued_bytes() : 0);
     manifest.info["bytes_written"] = std::to_string(writer ? writer->bytes_written() : 0);
     manifest.info["dump_budget_exhausted"] = budget_exhausted.load() ? "1" : "0";
     manifest.info["steps"] = std::to_string(step.load() + 1);
@@ -973,7 +1000,6 @@ void Recorder::start(const RecorderOptions& options) {
   config.policy = record::parse_policy(options.policy);
   config.queue = record::parse_queue(options.queue);
   config.strict = options.strict;
-  config.sync = options.sync;
   config.hash_threads = options.hash_threads;
   record::start_recording(config);
 }

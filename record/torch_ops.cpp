@@ -12,13 +12,12 @@
 namespace opguard::record {
 namespace {
 
-void op_start(std::string out, std::string policy, std::string queue, bool strict, bool sync) {
+void op_start(std::string out, std::string policy, std::string queue, bool strict) {
   RecorderOptions options;
   options.out_dir = std::move(out);
   options.policy = std::move(policy);
   options.queue = std::move(queue);
   options.strict = strict;
-  options.sync = sync;
   Recorder::start(options);
 }
 
@@ -40,7 +39,7 @@ void mark_tensor(const at::Tensor& tensor, const std::string& name) {
 }  // namespace opguard::record
 
 TORCH_LIBRARY(opguard, m) {
-  m.def("start(str out, str policy='', str queue='', bool strict=False, bool sync=False) -> ()",
+  m.def("start(str out, str policy='', str queue='', bool strict=False) -> ()",
         &opguard::record::op_start);
   m.def("stop() -> ()", &opguard::record::op_stop);
   m.def("step() -> ()", &opguard::record::op_step);

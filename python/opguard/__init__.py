@@ -43,12 +43,12 @@ def load():
     _loaded = True
 
 
-def start(out, policy="", queue="", strict=False, sync=False):
+def start(out, policy="", queue="", strict=False):
     load()
     import torch
 
     hooks.install()
-    torch.ops.opguard.start(out, policy, queue, strict, sync)
+    torch.ops.opguard.start(out, policy, queue, strict)
 
 
 def stop():
@@ -80,8 +80,8 @@ def mark(tensor, name):
 
 
 @contextlib.contextmanager
-def record(out, policy="", queue="", strict=False, sync=False):
-    start(out, policy, queue, strict, sync)
+def record(out, policy="", queue="", strict=False):
+    start(out, policy, queue, strict)
     try:
         yield
     finally:

@@ -58,7 +58,7 @@ inline bool carries_tensor(ValueKind k) { return k == ValueKind::kTensor || k ==
 enum TensorFlags : uint8_t {
   kTensorUninitialized = 1 << 0,  // bits are uninitialised memory: no fingerprint taken
   kTensorHasData = 1 << 1,        // full contents stored under /data (TensorMeta::data_index)
-  kTensorDropped = 1 << 2,        // the writer queue was full and policy=drop: no fingerprint
+  kTensorDropped = 1 << 2,        // full contents wanted, but the queue was full under policy=drop
   kTensorNotFingerprinted = 1 << 3,  // device or layout opguard cannot hash (sparse, meta, ...)
 };
 
@@ -78,7 +78,7 @@ struct TensorMeta {
   int64_t data_index = -1;  // index n of /data/<n> in the same step file, or -1
 
   bool has_fingerprint() const {
-    return (flags & (kTensorUninitialized | kTensorDropped | kTensorNotFingerprinted)) == 0;
+    return (flags & (kTensorUninitialized | kTensorNotFingerprinted)) == 0;
   }
   int64_t numel() const;  // product of sizes (1 for 0-d); -1 if a size is negative or it overflows
 };

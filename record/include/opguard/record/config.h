@@ -17,7 +17,6 @@ inline constexpr const char* kEnvOut = "OPGUARD_OUT";            // recording di
 inline constexpr const char* kEnvPolicy = "OPGUARD_POLICY";      // SamplingPolicy text
 inline constexpr const char* kEnvQueue = "OPGUARD_QUEUE";        // QueueConfig text
 inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort on write failure
-inline constexpr const char* kEnvSync = "OPGUARD_SYNC";          // "1": fingerprint on the training thread
 inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
 inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
 inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
@@ -53,11 +52,13 @@ struct SamplingPolicy {
 
 enum class QueueFullPolicy { kWait, kDrop };
 
-// The writer queue holds references to tensors until they are fingerprinted
-// and written. When the bytes it holds reach max_bytes: kWait makes the
-// training thread do the pending work itself until there is room (complete
-// recording, slower training); kDrop records the new event without
-// fingerprints (flagged, counted in the manifest).
+// The writer queue holds events, with the copies of the tensors the sampling
+// policy keeps in full, until they are written. Fingerprints never wait for
+// it (they are taken before the event is queued). When the copies it holds
+// would exceed max_bytes: kWait blocks the training thread until the writer
+// has written enough (complete recording, slower training); kDrop records the
+// new event with its fingerprints but without its full tensors (each flagged
+// kTensorDropped, counted in the manifest's dropped_tensors).
 struct QueueConfig {
   uint64_t max_bytes = uint64_t{1} << 30;
   QueueFullPolicy policy = QueueFullPolicy::kWait;
@@ -76,7 +77,6 @@ struct RecorderConfig {
   SamplingPolicy policy;
   QueueConfig queue;
   bool strict = false;
-  bool sync = false;
   int hash_threads = 1;
   std::string command;
 

@@ -27,7 +27,6 @@ struct RecorderOptions {
   std::string policy;  // e.g. "all", "steps=2:3;ops=softmax"
   std::string queue;   // e.g. "bytes=512M;policy=drop"
   bool strict = false;  // abort the process (exit 74) if the recording cannot be written
-  bool sync = false;    // fingerprint on the training thread (slower, exact under outside writes)
   int hash_threads = 1;
 };
 

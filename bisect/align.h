@@ -1,0 +1,27 @@
+#pragma once
+// Alignment of two event sequences by signature (DESIGN.md, Rule 3): a
+// shortest edit script, so that an inserted, deleted or fused op does not shift
+// every event after it. Private to opguard_bisect.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace opguard::bisect {
+
+// One element of an edit script: a matched pair (a >= 0 and b >= 0), an element
+// only in the reference (b == -1) or only in the suspect (a == -1). Indices are
+// positions in the two input arrays; the script lists them in order.
+struct AlignStep {
+  int32_t a = -1;
+  int32_t b = -1;
+};
+
+// Myers' O((N+M)D) algorithm in linear space (middle snake, recursive), after
+// stripping the common prefix and suffix. Signatures compare as integers.
+// When the edit distance of a subproblem exceeds a work budget (very different
+// sequences), it splits at the furthest-reaching path instead of searching
+// on: the script stays valid, just possibly not the shortest.
+std::vector<AlignStep> align_sequences(const uint64_t* a, std::size_t na, const uint64_t* b, std::size_t nb);
+
+}  // namespace opguard::bisect

@@ -1,0 +1,137 @@
+#pragma once
+// opguard diff: align two recordings event by event and name the first
+// divergent operator (DESIGN.md, Rules 1-3). No torch: this reads recordings
+// through opguard_formats only. docs/DIFF.md documents the classes, the text
+// output and the JSON schema that report_json() writes.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "opguard/kernels/compare.h"
+
+namespace opguard::bisect {
+
+// The class of an event of an aligned pair (a from the reference, b from the
+// suspect); kUnmatched is an event present in one run only.
+enum class EventClass : uint8_t { kSame = 0, kOrigin, kOriginArgs, kPropagated, kEntered, kUnmatched };
+inline constexpr int kNumEventClasses = 6;
+const char* event_class_name(EventClass c);  // "same", "origin", "origin-args", ...
+// origin, origin-args and entered: where different bits first appear.
+inline bool is_divergence_source(EventClass c) {
+  return c == EventClass::kOrigin || c == EventClass::kOriginArgs || c == EventClass::kEntered;
+}
+
+struct DiffOptions {
+  std::optional<int> rank;           // only this rank (default: every rank both runs have)
+  std::optional<int64_t> first_step;  // report steps in [first_step, last_step] (inclusive); the
+  std::optional<int64_t> last_step;   // steps before first_step are still read for dataflow
+  int max_origins = 5;               // divergence sources listed in the report
+  std::string trace_path;            // write a Chrome trace-event JSON file there ("" = none)
+  std::string current_dir;           // for `cd DIR &&` in re-record commands ("" = getcwd)
+};
+
+// One argument or output that differs between the two events of a pair.
+struct DifferingValue {
+  bool output = false;
+  int position = 0;     // index in Event::inputs or Event::outputs (tensor-list elements count)
+  std::string name;     // schema name ("self", "approximate", "<default_generator>"), may be ""
+  std::string kind;     // formats::value_kind_name
+  std::string reference, suspect;  // fingerprint as 16 hex digits, or the value's text; "<missing>"
+};
+
+// compare.h metrics of one differing tensor for which both runs hold full data.
+struct TensorEvidence {
+  bool output = true;
+  int position = 0;
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> sizes;
+  kernels::CompareResult metrics;
+};
+
+struct DivergentEvent {
+  EventClass cls = EventClass::kSame;
+  int rank = 0;            // the suspect's rank (cross-rank mode: rank B)
+  int reference_rank = 0;  // the reference's rank (cross-rank mode: rank A)
+  int64_t step = 0;
+  std::string phase;
+  uint32_t stream = 0;
+  std::string scope, op, overload;
+  int64_t call_index = 0;  // earlier events with the same op and scope in this step and phase
+  std::optional<std::string> reference_id, suspect_id;  // event ids; absent on the side it lacks
+  int64_t t_start_ns = 0;  // suspect (or reference, for reference-only events)
+  bool outputs_differ = false;
+  std::vector<DifferingValue> differing;
+  // propagated: the event of the suspect that produced the differing bits.
+  std::optional<std::string> propagated_from;
+  // entered: which input carried bits no operator produced differently, and the
+  // suspect's event that last wrote that storage (absent: it came from outside
+  // the recording); the consumer is this event.
+  std::string entered_input;
+  std::optional<std::string> producer_id;
+  std::string producer_op;
+  int64_t producer_step = 0;
+  // Evidence: full-tensor metrics where both runs hold the data; otherwise a
+  // sentence saying what is missing and the command that re-records the window.
+  std::vector<TensorEvidence> evidence;
+  std::string evidence_note;
+  std::string rerecord_command;
+  std::string show_command;  // `opguard show SUSPECT --event ID [--rank R]`
+};
+
+struct PhaseSummary {
+  int rank = 0;
+  int64_t step = 0;
+  std::string phase;
+  std::array<int64_t, kNumEventClasses> counts{};  // kUnmatched counts both sides
+  int64_t unmatched_reference = 0;
+  int64_t unmatched_suspect = 0;
+  int64_t not_compared = 0;  // cross-rank mode: events whose outputs need not be replicated
+};
+
+struct ManifestDifference {
+  std::string section;  // "info", "env" or "manifest" (format_version, world_size)
+  std::string key;
+  std::optional<std::string> reference, suspect;  // absent: the key is missing on that side
+  std::vector<int> ranks;
+};
+
+struct TornStep {
+  std::string run;  // "reference" or "suspect"
+  int rank = 0;
+  int64_t step = 0;
+  std::string path;
+};
+
+struct DiffReport {
+  std::string mode = "runs";  // "runs" or "ranks"
+  std::string reference_dir, suspect_dir;
+  std::vector<int> ranks;  // compared ranks (cross-rank mode: {A, B})
+  std::vector<ManifestDifference> manifest_differences;
+  std::vector<TornStep> torn_steps;
+  std::optional<DivergentEvent> first_divergent;  // first origin / origin-args / entered
+  std::optional<DivergentEvent> first_unmatched;
+  std::vector<DivergentEvent> origins;  // first max_origins divergence sources, execution order
+  std::vector<PhaseSummary> summary;    // by rank, step, phase
+  PhaseSummary totals;
+  int64_t events_reference = 0, events_suspect = 0;  // read, within the step range
+  bool diverged = false;  // any event in range other than `same`, or a rank/step missing
+  std::vector<std::string> notes;
+  std::string trace_path;
+  bool trace_truncated = false;
+};
+
+// Throws FormatError for a directory that is not a recording, UsageError for a
+// --rank neither has.
+DiffReport diff_recordings(const std::string& reference, const std::string& suspect, const DiffOptions& options);
+// Cross-rank mode: rank_a of `run` is the reference, rank_b the suspect; only
+// events whose outputs must agree on data-parallel replicas are compared.
+DiffReport diff_ranks(const std::string& run, int rank_a, int rank_b, const DiffOptions& options);
+
+// The report as JSON, schema "opguard-diff/1" (docs/DIFF.md).
+std::string report_json(const DiffReport& report);
+
+}  // namespace opguard::bisect
