@@ -449,9 +449,9 @@ struct ValueBuilder {
   }
 
   // Fingerprints every tensor this builder holds, on this thread, copies the
-  // full contents when `keep_data`, and drops the references. `written` says
-  // which uninitialised storages the op writes (their mark is cleared);
-  // `makes_uninitialized` marks the outputs of empty* ops.
+  // full contents when the event is dumped and `keep_data` (the queue took
+  // them), and drops the references. Outputs of empty* ops are marked
+  // uninitialised; an input the op writes clears that mark.
   void settle(bool keep_data, bool outputs) {
     at::RecordFunctionGuard no_recording(false);
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -460,9 +460,9 @@ struct ValueBuilder {
       TensorTask& task = *tasks[i];
       formats::TensorMeta& m = task.meta;
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-      if (outputs && pending.op->makes_uninitialized) rec.mark_uninitialized(t);
-      if ((outputs && pending.op->makes_uninitialized) ||
-          rec.take_uninitialized(storage, !outputs && values[i].mutated)) {
+      const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
+      if (fresh_buffer) rec.mark_uninitialized(t);
+      if (fresh_buffer || rec.take_uninitialized(storage, !outputs && values[i].mutated)) {
         // Bits of a buffer made by empty*: not data, never fingerprinted.
         m.flags |= formats::kTensorUninitialized;
         continue;

@@ -2,8 +2,6 @@
 
 #include <ATen/record_function.h>
 
-#include <algorithm>
-
 namespace opguard::record {
 namespace {
 
