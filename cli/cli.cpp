@@ -29,6 +29,7 @@ int run_cli(int argc, char** argv) {
   add_record_command(app, result);
   add_ls_command(app, result);
   add_show_command(app, result);
+  add_diff_command(app, result);
   try {
     app.parse(argc, argv);
     return result.exit_code;

@@ -16,6 +16,7 @@ struct VerbResult {
 void add_record_command(CLI::App& app, VerbResult& result);
 void add_ls_command(CLI::App& app, VerbResult& result);
 void add_show_command(CLI::App& app, VerbResult& result);
+void add_diff_command(CLI::App& app, VerbResult& result);
 
 // The directory holding the running opguard executable.
 std::string executable_dir();

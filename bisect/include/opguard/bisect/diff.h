@@ -5,6 +5,7 @@
 // output and the JSON schema that report_json() writes.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,7 +31,9 @@ struct DiffOptions {
   std::optional<int64_t> last_step;   // steps before first_step are still read for dataflow
   int max_origins = 5;               // divergence sources listed in the report
   std::string trace_path;            // write a Chrome trace-event JSON file there ("" = none)
-  std::string current_dir;           // for `cd DIR &&` in re-record commands ("" = getcwd)
+  std::size_t trace_event_limit = 200000;  // slices per run in the trace; beyond: trace_truncated
+  std::string opguard_command = "opguard";  // how printed commands start (the CLI passes its path)
+  int dump_radius = 16;              // R of the printed `--dump-around ID:R`
 };
 
 // One argument or output that differs between the two events of a pair.
@@ -71,7 +74,9 @@ struct DivergentEvent {
   // suspect's event that last wrote that storage (absent: it came from outside
   // the recording); the consumer is this event.
   std::string entered_input;
-  std::optional<std::string> producer_id;
+  std::string entered_side;  // "suspect": its bits changed after the producer; "reference": the reference's did
+  std::optional<std::string> producer_id;           // the suspect's event id
+  std::optional<std::string> producer_reference_id;  // the aligned event of the reference, if any
   std::string producer_op;
   int64_t producer_step = 0;
   // Evidence: full-tensor metrics where both runs hold the data; otherwise a
@@ -133,5 +138,7 @@ DiffReport diff_ranks(const std::string& run, int rank_a, int rank_b, const Diff
 
 // The report as JSON, schema "opguard-diff/1" (docs/DIFF.md).
 std::string report_json(const DiffReport& report);
+// The report as the text `opguard diff` prints (docs/DIFF.md, "Text output").
+std::string report_text(const DiffReport& report);
 
 }  // namespace opguard::bisect

@@ -1,0 +1,91 @@
+#include "dataflow.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace opguard::bisect {
+namespace {
+
+// Views of one storage remembered between writes. A storage is rarely seen
+// through more than a handful of geometries (the tensor, its transpose, a few
+// reshapes); the oldest is forgotten first.
+constexpr std::size_t kMaxViews = 16;
+
+}  // namespace
+
+BitsState bits_state(const formats::TensorMeta& m) {
+  if (m.flags & formats::kTensorUninitialized) return BitsState::kUninitialized;
+  if (m.flags & formats::kTensorNotFingerprinted) return BitsState::kUnknown;
+  return BitsState::kHashed;
+}
+
+uint64_t view_geometry(const formats::TensorMeta& m) {
+  // dtype, offset, rank, sizes, strides: at most 3 + 2 * 64 words for the
+  // deepest tensors torch allows; longer ones hash their first 64 dimensions.
+  int64_t words[3 + 2 * 64];
+  const std::size_t nd = std::min<std::size_t>(m.sizes.size(), 64);
+  words[0] = static_cast<int64_t>(m.dtype);
+  words[1] = m.storage_offset;
+  words[2] = static_cast<int64_t>(m.sizes.size());
+  for (std::size_t i = 0; i < nd; ++i) {
+    words[3 + i] = m.sizes[i];
+    words[3 + nd + i] = i < m.strides.size() ? m.strides[i] : 0;
+  }
+  return XXH3_64bits(words, (3 + 2 * nd) * sizeof(int64_t));
+}
+
+BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
+  auto it = storages_.find(m.storage_id);
+  if (m.storage_id == 0 || it == storages_.end()) return {BitsSource::kEnteredOutside, -1, true};
+  const Storage& s = it->second;
+  const uint64_t geometry = view_geometry(m);
+  const BitsState state = bits_state(m);
+  for (auto o = s.seen.rbegin(); o != s.seen.rend(); ++o) {
+    if (o->geometry != geometry || o->version != m.version) continue;
+    const bool same_bits = o->state == state && (state != BitsState::kHashed || o->fingerprint == m.fingerprint);
+    if (!same_bits) return {BitsSource::kEnteredOutside, o->event};
+    return {o->differs ? BitsSource::kPropagated : BitsSource::kEnteredReference, o->event};
+  }
+  // Not seen through this view since the last write (a write through another
+  // view, a reshape the recording did not show): the storage's history decides.
+  if (s.last_divergent_writer >= 0) return {BitsSource::kPropagated, s.last_divergent_writer};
+  return {BitsSource::kEnteredOutside, s.last_writer};
+}
+
+void Dataflow::add(Storage& s, const Observation& o) {
+  for (auto& seen : s.seen) {
+    if (seen.geometry == o.geometry && seen.version == o.version) {
+      seen = o;
+      return;
+    }
+  }
+  if (s.seen.size() >= kMaxViews) s.seen.erase(s.seen.begin());
+  s.seen.push_back(o);
+}
+
+void Dataflow::observe_input(const formats::TensorMeta& m, int32_t event, bool differs) {
+  if (m.storage_id == 0) return;
+  Storage& s = storages_[m.storage_id];
+  const uint64_t geometry = view_geometry(m);
+  for (const auto& seen : s.seen)
+    if (seen.geometry == geometry && seen.version == m.version) return;  // the first observer stays
+  add(s, {geometry, m.version, bits_state(m), m.fingerprint, differs, event});
+}
+
+void Dataflow::record_write(const formats::TensorMeta& m, int32_t event, bool differs, bool bits_known) {
+  if (m.storage_id == 0) return;
+  Storage& s = storages_[m.storage_id];
+  s.seen.clear();
+  s.last_writer = event;
+  if (differs) s.last_divergent_writer = event;
+  if (bits_known) s.seen.push_back({view_geometry(m), m.version, bits_state(m), m.fingerprint, differs, event});
+}
+
+void Dataflow::record_alias(const formats::TensorMeta& m, int32_t event, bool differs) {
+  if (m.storage_id == 0) return;
+  Storage& s = storages_[m.storage_id];
+  add(s, {view_geometry(m), m.version, bits_state(m), m.fingerprint, differs, event});
+}
+
+}  // namespace opguard::bisect

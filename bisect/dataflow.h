@@ -1,0 +1,73 @@
+#pragma once
+// Where the bits of a tensor came from, in the suspect run (DESIGN.md, Rule 2:
+// propagated vs entered). Private to opguard_bisect.
+//
+// The recorder gives every tensor its storage id, the storage's version
+// counter and its view geometry. Two observations of one storage with the same
+// geometry and version hold the same bits, unless memory was written outside
+// the dispatcher (numpy, a custom kernel, silent data corruption): then the
+// fingerprints disagree and that is how `entered` is found. Every observation
+// also carries whether its bits differed from the reference's aligned event.
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "opguard/formats/recording.h"
+
+namespace opguard::bisect {
+
+// What a fingerprint field says about a tensor's bits.
+enum class BitsState : uint8_t { kHashed, kUninitialized, kUnknown };
+BitsState bits_state(const formats::TensorMeta& m);
+// Hash of dtype, storage offset, sizes and strides: which view of a storage.
+uint64_t view_geometry(const formats::TensorMeta& m);
+
+// Where a differing input's bits came from.
+struct BitsSource {
+  enum Kind : uint8_t {
+    kPropagated,      // `event` produced (or last saw) these bits, and they differed there already
+    kEnteredOutside,  // the suspect's bits changed after `event` without any operator (or `event` = -1: never produced)
+    kEnteredReference,  // the suspect read what `event` produced, equal in both runs: the reference's bits changed
+  };
+  Kind kind = kEnteredOutside;
+  int32_t event = -1;  // index into the caller's event table; -1: no event of the recording produced it
+  bool unseen = false;  // no event had this storage as an input or output before
+};
+
+class Dataflow {
+ public:
+  // Explains the bits of input tensor `m`, which differ from the reference.
+  BitsSource explain(const formats::TensorMeta& m) const;
+  // Records that `event` saw `m` as an input: a later reader of the same view
+  // and version finds it (the first consumer of bits from outside).
+  void observe_input(const formats::TensorMeta& m, int32_t event, bool differs);
+  // Records that `event` wrote `m` (an output that is not an alias of an input,
+  // or an argument the op mutates). `m` may lack a fingerprint (post-state not
+  // recorded): then a later reader of this storage is explained by `event`
+  // only as its last writer.
+  void record_write(const formats::TensorMeta& m, int32_t event, bool differs, bool bits_known);
+  // Records an output that aliases an input's storage (view, detach, ...).
+  void record_alias(const formats::TensorMeta& m, int32_t event, bool differs);
+  std::size_t storages() const { return storages_.size(); }
+
+ private:
+  struct Observation {
+    uint64_t geometry = 0;
+    uint32_t version = 0;
+    BitsState state = BitsState::kUnknown;
+    uint64_t fingerprint = 0;
+    bool differs = false;
+    int32_t event = -1;
+  };
+  struct Storage {
+    std::vector<Observation> seen;  // since the last write; bounded by kMaxViews
+    int32_t last_writer = -1;
+    int32_t last_divergent_writer = -1;
+  };
+  void add(Storage& s, const Observation& o);
+
+  std::unordered_map<uint64_t, Storage> storages_;
+};
+
+}  // namespace opguard::bisect
