@@ -68,9 +68,16 @@ void Dataflow::observe_input(const formats::TensorMeta& m, int32_t event, bool d
   if (m.storage_id == 0) return;
   Storage& s = storages_[m.storage_id];
   const uint64_t geometry = view_geometry(m);
-  for (const auto& seen : s.seen)
-    if (seen.geometry == geometry && seen.version == m.version) return;  // the first observer stays
-  add(s, {geometry, m.version, bits_state(m), m.fingerprint, differs, event});
+  const BitsState state = bits_state(m);
+  for (auto& seen : s.seen) {
+    if (seen.geometry != geometry || seen.version != m.version) continue;
+    // The first observer of these bits stays; bits that changed without an
+    // operator make this event their first observer.
+    if (seen.state != state || (state == BitsState::kHashed && seen.fingerprint != m.fingerprint))
+      seen = {geometry, m.version, state, m.fingerprint, differs, event};
+    return;
+  }
+  add(s, {geometry, m.version, state, m.fingerprint, differs, event});
 }
 
 void Dataflow::record_write(const formats::TensorMeta& m, int32_t event, bool differs, bool bits_known) {

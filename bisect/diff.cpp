@@ -495,6 +495,10 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   }
 
   if (!in_range) return;
+  if (options_.list_events)
+    report_.events.push_back({rs.suspect_rank, b.step, formats::phase_name(b.phase), b.op,
+                              a ? std::optional<std::string>(formats::event_id_string(a->id)) : std::nullopt,
+                              formats::event_id_string(b.id), cls, compared || unmatched});
   if (!compared && !unmatched) {
     ++sum.not_compared;
     return;
@@ -604,6 +608,9 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
     if (ref_matched[i]) continue;
     if (trace_) trace_->add_reference_only(rs.reference_rank, re[i]);
     if (!in_range) continue;
+    if (options_.list_events)
+      report_.events.push_back({rs.suspect_rank, step, formats::phase_name(re[i].phase), re[i].op,
+                                formats::event_id_string(re[i].id), std::nullopt, EventClass::kUnmatched, true});
     auto& sum = summary(rs.suspect_rank, step, re[i].phase);
     ++sum.counts[static_cast<int>(EventClass::kUnmatched)];
     ++sum.unmatched_reference;

@@ -190,6 +190,18 @@ std::string report_json(const DiffReport& r) {
   j["summary"] = summary;
   j["totals"] = summary_json(r.totals);
   j["notes"] = r.notes;
+  if (!r.events.empty()) {
+    json events = json::array();
+    for (const auto& e : r.events)
+      events.push_back({{"rank", e.rank},
+                        {"step", e.step},
+                        {"phase", e.phase},
+                        {"op", e.op},
+                        {"reference_id", optional_json(e.reference_id)},
+                        {"suspect_id", optional_json(e.suspect_id)},
+                        {"class", e.compared ? event_class_name(e.cls) : "not-compared"}});
+    j["events"] = events;
+  }
   j["trace"] = r.trace_path.empty() ? json(nullptr) : json(r.trace_path);
   j["trace_truncated"] = r.trace_truncated;
   return j.dump(2) + "\n";

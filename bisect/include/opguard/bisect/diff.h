@@ -34,6 +34,7 @@ struct DiffOptions {
   std::size_t trace_event_limit = 200000;  // slices per run in the trace; beyond: trace_truncated
   std::string opguard_command = "opguard";  // how printed commands start (the CLI passes its path)
   int dump_radius = 16;              // R of the printed `--dump-around ID:R`
+  bool list_events = false;          // fill DiffReport::events (every event in range and its class)
 };
 
 // One argument or output that differs between the two events of a pair.
@@ -87,6 +88,17 @@ struct DivergentEvent {
   std::string show_command;  // `opguard show SUSPECT --event ID [--rank R]`
 };
 
+// The class of one event (DiffOptions::list_events).
+struct EventVerdict {
+  int rank = 0;
+  int64_t step = 0;
+  std::string phase;
+  std::string op;
+  std::optional<std::string> reference_id, suspect_id;
+  EventClass cls = EventClass::kSame;
+  bool compared = true;  // cross-rank mode: false for events replicas need not agree on
+};
+
 struct PhaseSummary {
   int rank = 0;
   int64_t step = 0;
@@ -121,6 +133,7 @@ struct DiffReport {
   std::optional<DivergentEvent> first_unmatched;
   std::vector<DivergentEvent> origins;  // first max_origins divergence sources, execution order
   std::vector<PhaseSummary> summary;    // by rank, step, phase
+  std::vector<EventVerdict> events;     // list_events only: suspect execution order, then reference-only events
   PhaseSummary totals;
   int64_t events_reference = 0, events_suspect = 0;  // read, within the step range
   bool diverged = false;  // any event in range other than `same`, or a rank/step missing

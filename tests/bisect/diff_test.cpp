@@ -1,0 +1,654 @@
+// Classification on crafted recordings whose answer is known (DESIGN.md,
+// Rules 1-3). A small simulator stands in for a deterministic program: every
+// op's output fingerprint is a hash of the op, its argument texts and its input
+// fingerprints, so a change anywhere flows downstream exactly as real bits do,
+// and a test can perturb one op's output (a kernel that computes other bits).
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "opguard/bisect/diff.h"
+#include "opguard/core/error.h"
+#include "../support/process.h"
+#include "recording_builder.h"
+
+namespace {
+
+using namespace opguard;
+using namespace opguard::testing;
+using bisect::EventClass;
+
+uint64_t mix(const std::string& op, const std::vector<uint64_t>& words) {
+  std::string buf = op;
+  for (uint64_t w : words) buf.append(reinterpret_cast<const char*>(&w), sizeof(w));
+  return XXH3_64bits(buf.data(), buf.size());
+}
+
+// Runs ops of one program on fingerprints. Storages are numbered per run.
+class Sim {
+ public:
+  explicit Sim(Run& run) : run_(run) {}
+  int64_t step = 0;
+  Phase phase = Phase::kForward;
+  std::string scope;
+  std::set<std::string> perturb;  // "op@scope" whose outputs get other bits
+  int perturb_call = -1;          // only that call of the perturbed op (-1: all)
+
+  // A tensor from outside the recording (a batch, a loaded parameter).
+  T outside(uint64_t fp, std::vector<int64_t> sizes = {4}) { return T{next_storage_++, 0, fp, sizes}; }
+
+  // An op with tensor inputs `in` and non-tensor arguments `args`; returns its
+  // fresh output.
+  T call(const std::string& op, const std::vector<T>& in, const std::vector<Value>& args = {},
+         std::vector<int64_t> sizes = {4}) {
+    T out{next_storage_++, 0, 0, sizes};
+    out.fp = output_fp(op, in, args);
+    Op o = make(op, in, args);
+    o.outputs = {tensor("", out)};
+    last_id = run_.add(step, o);
+    return out;
+  }
+  // In place: `self` is read and written; returns its new state.
+  T inplace(const std::string& op, T& self, const std::vector<T>& others = {}) {
+    std::vector<T> in = {self};
+    in.insert(in.end(), others.begin(), others.end());
+    T out = self;
+    out.version = self.version + 1;
+    out.fp = output_fp(op, in, {});
+    Op o = make(op, in, {});
+    o.inputs[0].mutated = true;
+    o.outputs = {tensor("", out)};
+    last_id = run_.add(step, o);
+    self = out;
+    return out;
+  }
+  // A view: same storage, other geometry.
+  T view(const std::string& op, const T& base, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    T out = base;
+    out.sizes = sizes;
+    out.strides = strides;
+    out.fp = mix(op + "view", {base.fp});
+    Op o = make(op, {base}, {});
+    o.outputs = {tensor("", out)};
+    last_id = run_.add(step, o);
+    return out;
+  }
+  uint64_t last_id = 0;
+
+ private:
+  Op make(const std::string& op, const std::vector<T>& in, const std::vector<Value>& args) {
+    Op o;
+    o.name = op;
+    o.scope = scope;
+    o.phase = phase;
+    const char* names[] = {"self", "other", "third", "fourth"};
+    for (std::size_t i = 0; i < in.size(); ++i) o.inputs.push_back(tensor(names[i % 4], in[i]));
+    for (const auto& a : args) o.inputs.push_back(a);
+    return o;
+  }
+  uint64_t output_fp(const std::string& op, const std::vector<T>& in, const std::vector<Value>& args) {
+    std::vector<uint64_t> words;
+    for (const auto& t : in) words.push_back(t.fp);
+    std::string key = op;
+    for (const auto& a : args) key += "|" + a.text + (a.kind == ValueKind::kGenerator ? std::to_string(a.tensor.fingerprint) : "");
+    uint64_t fp = mix(key, words);
+    const int call = calls_[op + "@" + scope]++;
+    if (perturb.count(op + "@" + scope) && (perturb_call < 0 || perturb_call == call)) fp ^= 0x5a5a5a5aULL;
+    return fp;
+  }
+  Run& run_;
+  uint64_t next_storage_ = 1;
+  std::map<std::string, int> calls_;
+};
+
+// A two-layer MLP training step: forward, backward, an SGD update of both
+// weights, then the next step reads the updated weights.
+struct Model {
+  T w1, w2, batch;
+};
+
+void train(Sim& s, int steps, const std::function<void(Sim&, int)>& before_step = {}) {
+  Model m;
+  m.w1 = s.outside(11);
+  m.w2 = s.outside(12);
+  for (int step = 0; step < steps; ++step) {
+    s.step = step;
+    if (before_step) before_step(s, step);
+    s.phase = Phase::kForward;
+    m.batch = s.outside(100 + step);
+    s.scope = "fc1";
+    T h = s.call("aten::mm", {m.batch, m.w1});
+    s.scope = "act";
+    T a = s.call("aten::gelu", {h}, {arg("approximate", ValueKind::kString, "none")});
+    s.scope = "fc2";
+    T y = s.call("aten::mm", {a, m.w2});
+    s.scope = "loss";
+    T loss = s.call("aten::sum", {y}, {}, {});
+    s.phase = Phase::kBackward;
+    s.scope = "fc2";
+    T g2 = s.call("aten::mm", {loss, a});
+    T ga = s.call("aten::mm", {loss, m.w2});
+    s.scope = "act";
+    T gh = s.call("aten::gelu_backward", {ga, h});
+    s.scope = "fc1";
+    T g1 = s.call("aten::mm", {gh, m.batch});
+    s.phase = Phase::kOptimizer;
+    s.scope = "";
+    s.inplace("aten::add_", m.w1, {g1});
+    s.inplace("aten::add_", m.w2, {g2});
+  }
+}
+
+struct Diffed {
+  bisect::DiffReport report;
+  std::map<std::string, EventClass> by_suspect_id;  // "step:op@id" is not needed: ids are unique per run
+  std::vector<bisect::EventVerdict> events;
+};
+
+Diffed diff(const Run& ref, const Run& sus, TempDir& dir, bisect::DiffOptions options = {}) {
+  std::filesystem::remove_all(dir / "ref");
+  std::filesystem::remove_all(dir / "sus");
+  ref.write(dir / "ref");
+  sus.write(dir / "sus");
+  options.list_events = true;
+  Diffed d;
+  d.report = bisect::diff_recordings(dir / "ref", dir / "sus", options);
+  d.events = d.report.events;
+  for (const auto& e : d.events)
+    if (e.suspect_id) d.by_suspect_id[*e.suspect_id] = e.cls;
+  return d;
+}
+
+int count(const Diffed& d, EventClass c) {
+  int n = 0;
+  for (const auto& e : d.events) n += e.cls == c;
+  return n;
+}
+
+// The MLP trained in both runs; `configure` sets up the suspect's simulator.
+Diffed diff_training(TempDir& dir, int steps, const std::function<void(Sim&)>& configure = {},
+                     bisect::DiffOptions options = {}, int suspect_steps = -1) {
+  Run a, b;
+  Sim sa(a), sb(b);
+  if (configure) configure(sb);
+  train(sa, steps);
+  train(sb, suspect_steps < 0 ? steps : suspect_steps);
+  return diff(a, b, dir, options);
+}
+
+}  // namespace
+
+TEST_CASE("two runs under the same config have no divergent operator") {
+  TempDir dir;
+  auto d = diff_training(dir, 3);
+  CHECK_FALSE(d.report.diverged);
+  CHECK_FALSE(d.report.first_divergent);
+  CHECK(d.report.totals.counts[0] == 3 * 10);
+  CHECK(count(d, EventClass::kSame) == 30);
+  CHECK(d.report.events_reference == 30);
+}
+
+TEST_CASE("one op changed in the middle: it is the origin, its consumers propagated, the rest same") {
+  TempDir dir;
+  auto d = diff_training(dir, 3, [](Sim& s) {
+    s.perturb = {"aten::gelu@act"};
+    s.perturb_call = 1;  // step 1 only
+  });
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kOrigin);
+  CHECK(f.op == "aten::gelu");
+  CHECK(f.step == 1);
+  CHECK(f.scope == "act");
+  CHECK(f.phase == "forward");
+  CHECK(f.reference_id == std::optional<std::string>("11"));
+  CHECK(f.suspect_id == std::optional<std::string>("11"));
+  REQUIRE(f.differing.size() == 1);
+  CHECK(f.differing[0].output);
+  // Step 0 and everything of step 1 before gelu (batch mm) are same.
+  for (const auto& e : d.events) {
+    INFO(e.op << " " << e.suspect_id.value_or("-") << " " << bisect::event_class_name(e.cls));
+    const int id = std::stoi(*e.suspect_id);
+    if (id < 11) CHECK(e.cls == EventClass::kSame);
+    if (id == 11) CHECK(e.cls == EventClass::kOrigin);
+  }
+  // Downstream of gelu in step 1: fc2 mm, sum, both fc2 backward mms,
+  // gelu_backward (reads ga), fc1 mm, both add_ (w1, w2): all propagated. The
+  // backward mm of w2's grad input (loss x w2) reads a propagated loss.
+  CHECK(d.by_suspect_id["12"] == EventClass::kPropagated);  // fc2 mm
+  CHECK(d.by_suspect_id["13"] == EventClass::kPropagated);  // sum
+  CHECK(d.by_suspect_id["18"] == EventClass::kPropagated);  // add_ w1
+  CHECK(count(d, EventClass::kOrigin) == 1);
+  CHECK(count(d, EventClass::kEntered) == 0);
+  CHECK(count(d, EventClass::kUnmatched) == 0);
+  // Step 2: every event reads the changed weights: nothing is a new origin.
+  CHECK(d.report.origins.size() == 1);
+  CHECK(d.report.diverged);
+}
+
+TEST_CASE("an event that consumes only unchanged tensors after an origin stays same") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    if (r == &b) s.perturb = {"aten::exp@"};
+    T x = s.outside(1);
+    T y = s.call("aten::exp", {x});
+    T z = s.call("aten::tanh", {x});  // independent of exp
+    s.call("aten::add", {y, z});
+    s.call("aten::mul", {z, z});
+  }
+  auto d = diff(a, b, dir);
+  CHECK(d.by_suspect_id["0"] == EventClass::kOrigin);
+  CHECK(d.by_suspect_id["1"] == EventClass::kSame);
+  CHECK(d.by_suspect_id["2"] == EventClass::kPropagated);
+  CHECK(d.by_suspect_id["3"] == EventClass::kSame);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->op == "aten::exp");
+}
+
+TEST_CASE("an inserted, a deleted and a fused op are unmatched and everything else aligns as same") {
+  TempDir dir;
+  Run a, b;
+  // Reference: exp, tanh, mul, add, neg, sin, cos. Suspect: exp, extra, tanh,
+  // fused_mul_add, sin, cos (neg deleted, mul+add fused). The fused op computes
+  // the add's bits, so sin and cos stay same.
+  auto op = [](const char* name, std::vector<Value> in, T out) { return Op{name, std::move(in), {tensor("", out)}}; };
+  const T x{1, 0, 10}, e{2, 0, 20}, t{3, 0, 30}, m{4, 0, 40}, sum{5, 0, 50}, n{6, 0, 60}, sn{7, 0, 70}, cs{8, 0, 80};
+  a.add(0, op("aten::exp", {tensor("self", x)}, e));
+  a.add(0, op("aten::tanh", {tensor("self", e)}, t));
+  a.add(0, op("aten::mul", {tensor("self", t), tensor("other", x)}, m));
+  a.add(0, op("aten::add", {tensor("self", m), tensor("other", x)}, sum));
+  a.add(0, op("aten::neg", {tensor("self", x)}, n));
+  a.add(0, op("aten::sin", {tensor("self", sum)}, sn));
+  a.add(0, op("aten::cos", {tensor("self", sn)}, cs));
+  b.add(0, op("aten::exp", {tensor("self", x)}, e));
+  b.add(0, op("aten::extra", {tensor("self", x)}, T{9, 0, 90}));
+  b.add(0, op("aten::tanh", {tensor("self", e)}, t));
+  b.add(0, op("aten::fused_mul_add", {tensor("self", t), tensor("other", x)}, sum));
+  b.add(0, op("aten::sin", {tensor("self", sum)}, sn));
+  b.add(0, op("aten::cos", {tensor("self", sn)}, cs));
+  auto d = diff(a, b, dir);
+  CHECK(count(d, EventClass::kUnmatched) == 5);  // extra, fused (suspect); mul, add, neg (reference)
+  CHECK(d.report.totals.unmatched_suspect == 2);
+  CHECK(d.report.totals.unmatched_reference == 3);
+  CHECK(count(d, EventClass::kSame) == 4);  // exp, tanh, sin, cos
+  CHECK(d.by_suspect_id["4"] == EventClass::kSame);
+  CHECK(d.by_suspect_id["5"] == EventClass::kSame);
+  CHECK_FALSE(d.report.first_divergent);
+  REQUIRE(d.report.first_unmatched);
+  CHECK(d.report.first_unmatched->op == "aten::extra");
+  CHECK(d.report.diverged);  // unmatched events are a difference
+}
+
+TEST_CASE("a changed non-tensor argument is origin-args; so is another random generator state") {
+  TempDir dir;
+  {
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      Sim s(*r);
+      T x = s.outside(1);
+      T g = s.call("aten::gelu", {x}, {arg("approximate", ValueKind::kString, r == &a ? "none" : "tanh")});
+      s.call("aten::neg", {g});
+    }
+    auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->cls == EventClass::kOriginArgs);
+    CHECK(d.report.first_divergent->op == "aten::gelu");
+    bool named = false;
+    for (const auto& v : d.report.first_divergent->differing)
+      named = named || (v.name == "approximate" && v.reference == "none" && v.suspect == "tanh");
+    CHECK(named);
+    CHECK(d.by_suspect_id["1"] == EventClass::kPropagated);
+  }
+  {
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      Sim s(*r);
+      T x = s.outside(1);
+      T y = s.call("aten::dropout", {x}, {arg("p", ValueKind::kDouble, "0x1p-1"), generator(r == &a ? 5 : 6)});
+      s.call("aten::neg", {y});
+    }
+    auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->cls == EventClass::kOriginArgs);
+    CHECK(d.report.first_divergent->op == "aten::dropout");
+  }
+}
+
+TEST_CASE("bits written without an operator (numpy) are entered: producer and first consumer named") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    T x = s.outside(1);
+    T y = s.call("aten::exp", {x});  // event 0
+    s.call("aten::tanh", {x});       // event 1
+    if (r == &b) y.fp = 4242;        // y written through numpy: same storage and version, other bits
+    s.call("aten::neg", {y});        // event 2: first consumer of the changed bits
+    s.call("aten::sin", {y});        // event 3: the same bits again
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kEntered);
+  CHECK(f.op == "aten::neg");
+  CHECK(f.entered_input == "self");
+  CHECK(f.entered_side == "suspect");
+  REQUIRE(f.producer_id);
+  CHECK(*f.producer_id == "0");
+  CHECK(f.producer_op == "aten::exp");
+  CHECK(d.by_suspect_id["0"] == EventClass::kSame);
+  CHECK(d.by_suspect_id["1"] == EventClass::kSame);
+  CHECK(d.by_suspect_id["3"] == EventClass::kPropagated);  // not a second entry point
+  const std::string text = bisect::report_text(d.report);
+  CHECK(text.find("last produced by aten::exp (event 0") != std::string::npos);
+}
+
+TEST_CASE("an input batch that differs between the runs is entered, from outside the recording") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    T w = s.outside(11);
+    for (int step = 0; step < 3; ++step) {
+      s.step = step;
+      T batch = s.outside(r == &b && step == 2 ? 999 : 100 + step);
+      s.scope = "fc1";
+      T h = s.call("aten::mm", {batch, w});
+      s.scope = "";
+      s.call("aten::sum", {h});
+    }
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kEntered);
+  CHECK(f.step == 2);
+  CHECK(f.op == "aten::mm");
+  CHECK(f.entered_input == "self");
+  CHECK_FALSE(f.producer_id);  // no event produced the batch
+  CHECK(bisect::report_text(d.report).find("data from outside the recording") != std::string::npos);
+  CHECK(d.report.origins.size() == 1);
+  CHECK(count(d, EventClass::kPropagated) == 1);  // the sum of step 2
+}
+
+TEST_CASE("a divergence in the optimizer of step 3 flags nothing before it; the next step is propagated") {
+  TempDir dir;
+  auto d = diff_training(dir, 5, [](Sim& s) {
+    s.perturb = {"aten::add_@"};
+    s.perturb_call = 6;  // add_ is called twice per step: call 6 is w1's update in step 3
+  });
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kOrigin);
+  CHECK(f.step == 3);
+  CHECK(f.phase == "optimizer");
+  for (const auto& e : d.events) {
+    if (e.step < 3 || (e.step == 3 && e.phase != "optimizer")) CHECK(e.cls == EventClass::kSame);
+  }
+  // Step 4's forward mm reads the changed w1.
+  bool step4_propagated = false;
+  for (const auto& e : d.events)
+    step4_propagated = step4_propagated || (e.step == 4 && e.op == "aten::mm" && e.cls == EventClass::kPropagated);
+  CHECK(step4_propagated);
+  CHECK(d.report.origins.size() == 1);
+}
+
+TEST_CASE("a write through a view of a storage propagates to readers of the whole storage") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    if (r == &b) s.perturb = {"aten::exp@"};
+    T buf = s.call("aten::zeros", {}, {}, {2, 4});   // 0
+    T row = s.view("aten::select", buf, {4}, {1});   // 1 (alias of buf)
+    T x = s.outside(5);
+    T e = s.call("aten::exp", {x});                  // 2: origin
+    s.inplace("aten::copy_", row, {e});              // 3: writes row (and so buf)
+    T whole = buf;
+    whole.version = row.version;
+    whole.fp = 31337 + (r == &b);                    // buf's new bits differ
+    s.call("aten::sum", {whole});                    // 4: reads buf through its own geometry
+  }
+  auto d = diff(a, b, dir);
+  CHECK(d.by_suspect_id["2"] == EventClass::kOrigin);
+  CHECK(d.by_suspect_id["3"] == EventClass::kPropagated);
+  CHECK(d.by_suspect_id["4"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
+}
+
+TEST_CASE("a backward op reading a tensor its forward op saved without returning it is propagated from that scope") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    if (r == &b) s.perturb = {"aten::layer_norm@ln"};
+    T x = s.outside(1);
+    s.scope = "ln";
+    T y = s.call("aten::layer_norm", {x});  // 1: origin; saves mean/rstd internally
+    s.phase = Phase::kBackward;
+    T mean{1000, 0, r == &b ? 77u : 78u};  // the saved mean: never a top-level output
+    Op o{"aten::native_layer_norm_backward", {tensor("grad_out", y), tensor("mean", mean)}, {tensor("", T{1001, 0, 5})},
+         "ln", Phase::kBackward};
+    r->add(0, o);
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->op == "aten::layer_norm");
+  CHECK(d.by_suspect_id["1"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
+}
+
+TEST_CASE("origins with full tensors in both runs carry element-wise evidence") {
+  TempDir dir;
+  Run a, b;
+  const float ref_bits[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  float sus_bits[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  uint32_t u;
+  std::memcpy(&u, &sus_bits[2], 4);
+  u += 3;  // three ULP above 3.0f
+  std::memcpy(&sus_bits[2], &u, 4);
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    if (r == &b) s.perturb = {"aten::softmax@"};
+    T x = s.outside(1);
+    s.call("aten::softmax", {x}, {arg("dim", ValueKind::kInt, "-1")});
+    r->attach(0, true, 0, r == &a ? static_cast<const void*>(ref_bits) : sus_bits, sizeof(ref_bits));
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  REQUIRE(f.evidence.size() == 1);
+  const auto& m = f.evidence[0].metrics;
+  CHECK(m.differing == 1);
+  CHECK(m.numel == 4);
+  CHECK(m.max_ulp == 3);
+  CHECK(m.first_index == 2);
+  CHECK(m.first_a == 3.0);
+  CHECK(f.evidence_note.empty());
+  CHECK(f.rerecord_command.empty());
+}
+
+TEST_CASE("origins with fingerprints only print the command that re-records the window") {
+  TempDir dir;
+  Run a, b;
+  b.set_env("ATEN_CPU_CAPABILITY", "default");
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    if (r == &b) s.perturb = {"aten::softmax@"};
+    T x = s.outside(1);
+    s.call("aten::tanh", {x});
+    s.call("aten::softmax", {x});
+  }
+  bisect::DiffOptions o;
+  o.opguard_command = "/opt/opguard/bin/opguard";
+  auto d = diff(a, b, dir, o);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.evidence.empty());
+  CHECK(f.evidence_note.find("only fingerprints") != std::string::npos);
+  CHECK(f.rerecord_command.find("cd /work && env ATEN_CPU_CAPABILITY=default /opt/opguard/bin/opguard record --out ") !=
+        std::string::npos);
+  CHECK(f.rerecord_command.find("--dump-around 1:16 -- ./train --steps 5") != std::string::npos);
+  // The manifests differ in that knob, and it is listed first.
+  REQUIRE_FALSE(d.report.manifest_differences.empty());
+  CHECK(d.report.manifest_differences[0].key == "ATEN_CPU_CAPABILITY");
+  CHECK_FALSE(d.report.manifest_differences[0].reference);
+}
+
+TEST_CASE("--steps reports only that range while earlier steps still feed the dataflow") {
+  TempDir dir;
+  bisect::DiffOptions o;
+  o.first_step = 2;
+  o.last_step = 2;
+  auto d = diff_training(dir, 4, [](Sim& s) {
+    s.perturb = {"aten::gelu@act"};
+    s.perturb_call = 1;
+  }, o);
+  // The origin is in step 1, outside the range: step 2 is all propagated, no new source.
+  CHECK_FALSE(d.report.first_divergent);
+  CHECK(count(d, EventClass::kPropagated) == 10);
+  CHECK(d.report.events_suspect == 10);
+  CHECK(d.report.diverged);
+}
+
+TEST_CASE("cross-rank mode compares the optimizer and collectives of two replicas") {
+  TempDir dir;
+  auto replica = [](Run& r, int rank, bool corrupt) {
+    Sim s(r);
+    T w = s.outside(11);
+    T batch = s.outside(100 + rank);  // every rank has its own batch
+    s.scope = "fc";
+    T h = s.call("aten::mm", {batch, w});
+    s.phase = Phase::kBackward;
+    T g = s.call("aten::mm", {h, batch});
+    // all-reduce: inputs differ across ranks, outputs must agree.
+    T reduced = g;
+    reduced.version = g.version + 1;
+    reduced.fp = 5555;
+    Op ar{"c10d::allreduce_", {tensor("tensors", g, true)}, {tensor("", reduced)}, "", Phase::kBackward};
+    r.add(0, ar);
+    if (corrupt) reduced.fp = 6666;  // a bit flip in the gradient after the all-reduce
+    s.phase = Phase::kOptimizer;
+    s.scope = "";
+    s.inplace("aten::add_", w, {reduced});
+  };
+  Run r0(0, 2), r1(1, 2);
+  replica(r0, 0, false);
+  replica(r1, 1, false);
+  r0.write(dir / "run");
+  r1.write(dir / "run");
+  bisect::DiffOptions o;
+  o.list_events = true;
+  auto ok = bisect::diff_ranks(dir / "run", 0, 1, o);
+  CHECK_FALSE(ok.diverged);
+  CHECK(ok.totals.not_compared == 2);
+  CHECK(ok.totals.counts[0] == 2);  // all-reduce and add_
+
+  Run c0(0, 2), c1(1, 2);
+  replica(c0, 0, false);
+  replica(c1, 1, true);
+  std::filesystem::remove_all(dir / "run2");
+  c0.write(dir / "run2");
+  c1.write(dir / "run2");
+  auto bad = bisect::diff_ranks(dir / "run2", 0, 1, o);
+  CHECK(bad.diverged);
+  REQUIRE(bad.first_divergent);
+  CHECK(bad.first_divergent->cls == EventClass::kEntered);
+  CHECK(bad.first_divergent->op == "aten::add_");
+  REQUIRE(bad.first_divergent->producer_id);
+  CHECK(bad.first_divergent->producer_op == "c10d::allreduce_");
+}
+
+TEST_CASE("the JSON report follows schema opguard-diff/1") {
+  TempDir dir;
+  auto d = diff_training(dir, 2, [](Sim& s) { s.perturb = {"aten::gelu@act"}; });
+  auto j = nlohmann::json::parse(bisect::report_json(d.report));
+  CHECK(j["schema"] == "opguard-diff/1");
+  CHECK(j["diverged"] == true);
+  CHECK(j["first_divergent"]["class"] == "origin");
+  CHECK(j["first_divergent"]["op"] == "aten::gelu");
+  CHECK(j["first_divergent"]["suspect_id"] == "1");
+  CHECK(j["summary"].is_array());
+  // gelu computes other bits in both steps, but in step 1 its input already
+  // differs (the weights of step 0's update): propagated there.
+  CHECK(j["totals"]["counts"]["origin"] == 1);
+  CHECK(j["origins"].size() == 1);
+  CHECK(j["events"].size() == 20);
+}
+
+TEST_CASE("the trace is trace-event JSON with processes, slices, flows, a counter and the first divergence marked") {
+  TempDir dir;
+  bisect::DiffOptions o;
+  o.trace_path = dir / "trace.json";
+  auto d = diff_training(dir, 2, [](Sim& s) { s.perturb = {"aten::gelu@act"}; }, o);
+  CHECK(d.report.trace_path == o.trace_path);
+  std::ifstream in(o.trace_path);
+  auto j = nlohmann::json::parse(in);
+  REQUIRE(j["traceEvents"].is_array());
+  std::set<std::string> process_names;
+  int slices = 0, flows_s = 0, flows_f = 0, counters = 0, marks = 0, first = 0;
+  std::set<int> pids;
+  for (const auto& e : j["traceEvents"]) {
+    REQUIRE(e.contains("ph"));
+    REQUIRE(e.contains("pid"));
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "process_name") process_names.insert(e["args"]["name"]);
+    if (ph == "X") {
+      ++slices;
+      CHECK(e["ts"].is_number());
+      CHECK(e["dur"].is_number());
+      CHECK(e.contains("tid"));
+      CHECK(e["args"].contains("class"));
+      pids.insert(e["pid"].get<int>());
+      first += e["name"].get<std::string>().rfind("FIRST DIVERGENT", 0) == 0;
+    }
+    flows_s += ph == "s";
+    flows_f += ph == "f";
+    counters += ph == "C";
+    marks += ph == "i";
+  }
+  CHECK(process_names.size() == 2);
+  CHECK(pids.size() == 2);
+  CHECK(slices == 40);
+  CHECK(flows_s == flows_f);
+  CHECK(flows_s > 0);
+  CHECK(counters == 2);
+  CHECK(marks == 1);
+  CHECK(first == 1);
+}
+
+TEST_CASE("a directory that is not a recording and a rank neither run has are clear errors") {
+  TempDir dir;
+  Run a;
+  Sim s(a);
+  s.call("aten::exp", {s.outside(1)});
+  a.write(dir / "ref");
+  std::filesystem::create_directories(dir / "empty");
+  CHECK_THROWS_AS(bisect::diff_recordings(dir / "ref", dir / "empty", {}), FormatError);
+  CHECK_THROWS_AS(bisect::diff_recordings(dir / "missing", dir / "ref", {}), FormatError);
+  bisect::DiffOptions o;
+  o.rank = 3;
+  CHECK_THROWS_AS(bisect::diff_recordings(dir / "ref", dir / "ref", o), UsageError);
+  CHECK_THROWS_AS(bisect::diff_ranks(dir / "ref", 0, 0, {}), UsageError);
+  CHECK_THROWS_AS(bisect::diff_ranks(dir / "ref", 0, 1, {}), UsageError);
+}
+
+TEST_CASE("a step only one run has is reported and counts as a divergence") {
+  TempDir dir;
+  auto d = diff_training(dir, 3, {}, {}, 2);
+  CHECK(d.report.diverged);
+  CHECK_FALSE(d.report.first_divergent);
+  CHECK(d.report.totals.unmatched_reference == 10);
+  bool noted = false;
+  for (const auto& n : d.report.notes) noted = noted || n.find("step 2 of rank 0 is only in the reference") != std::string::npos;
+  CHECK(noted);
+}
