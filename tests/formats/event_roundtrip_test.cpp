@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../support/process.h"
+#include "values.h"
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 
@@ -19,14 +20,8 @@ namespace {
 
 fmts::Value tensor_value(const std::string& name, DType dtype, std::vector<int64_t> sizes,
                          std::vector<int64_t> strides, int64_t storage_offset, uint64_t fingerprint) {
-  fmts::Value v;
-  v.kind = fmts::ValueKind::kTensor;
-  v.name = name;
-  v.tensor.dtype = dtype;
-  v.tensor.sizes = std::move(sizes);
-  v.tensor.strides = std::move(strides);
+  fmts::Value v = opguard::testing::tensor_value(name, dtype, std::move(sizes), std::move(strides), fingerprint);
   v.tensor.storage_offset = storage_offset;
-  v.tensor.fingerprint = fingerprint;
   v.tensor.storage_id = 0x1234'5678'9abc'def0ULL ^ fingerprint;
   v.tensor.version = 7;
   return v;
