@@ -158,6 +158,34 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
   return t;
 }
 
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = s.find('\n', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+// One line per difference; a multi-line value (torch's build configuration)
+// shows only the lines that differ.
+std::string manifest_difference_text(const ManifestDifference& d) {
+  const std::string a = d.reference.value_or("<missing>"), b = d.suspect.value_or("<missing>");
+  if (a.find('\n') == std::string::npos && b.find('\n') == std::string::npos)
+    return fmt::format("  {}.{}: {} | {}\n", d.section, d.key, a, b);
+  const auto la = lines(a), lb = lines(b);
+  std::string t = fmt::format("  {}.{} (lines that differ):\n", d.section, d.key);
+  const std::size_t n = std::max(la.size(), lb.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string x = i < la.size() ? la[i] : "", y = i < lb.size() ? lb[i] : "";
+    if (x != y) t += fmt::format("    {} | {}\n", x, y);
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string report_json(const DiffReport& r) {
@@ -216,9 +244,7 @@ std::string report_text(const DiffReport& r) {
     t += fmt::format("opguard diff {} (reference) {} (suspect)\n", r.reference_dir, r.suspect_dir);
   if (!r.manifest_differences.empty()) {
     t += fmt::format("manifests differ in {} key(s) (reference | suspect):\n", r.manifest_differences.size());
-    for (const auto& d : r.manifest_differences)
-      t += fmt::format("  {}.{}: {} | {}\n", d.section, d.key, d.reference.value_or("<missing>"),
-                       d.suspect.value_or("<missing>"));
+    for (const auto& d : r.manifest_differences) t += manifest_difference_text(d);
   } else {
     t += "manifests agree (apart from times, pids and sizes)\n";
   }

@@ -1,0 +1,151 @@
+// opguard diff on the real training programs of examples/: each recorded twice
+// under the same config (no divergence) and with one numerics knob changed (the
+// first divergent operator is one that knob affects, checked independently of
+// the diff code by check_first_divergent.py, which reads the HDF5 with h5py).
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+
+#include "../support/process.h"
+
+using opguard::testing::Result;
+using opguard::testing::run;
+using opguard::testing::TempDir;
+
+namespace {
+
+const std::string kOpguard = OPGUARD_BIN;
+const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
+const std::string kPython = OPGUARD_PYTHON_BIN;
+const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
+const std::string kChecker = OPGUARD_CHECK_FIRST_DIVERGENT;
+
+void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
+            const std::vector<std::string>& env = {}, const std::vector<std::string>& flags = {}) {
+  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back("--");
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  Result r = run(cmd, tmp.path().string(), env);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+nlohmann::json diff_json(const TempDir& tmp, const std::string& a, const std::string& b, int expect_exit,
+                         const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> cmd = {kOpguard, "diff", a, b, "--json"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  Result r = run(cmd, tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == expect_exit);
+  return nlohmann::json::parse(r.out);
+}
+
+// The diff's answer, checked by reading the recordings directly.
+void check_independently(const TempDir& tmp, const std::string& a, const std::string& b, const std::string& id) {
+  Result r = run({kPython, kChecker, a, b, id}, tmp.path().string());
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  MESSAGE(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("the C++ example recorded twice under the same config: no divergence, exit 0") {
+  TempDir tmp;
+  const std::vector<std::string> prog = {kTinyGpt, "--steps", "3", "--threads", "2"};
+  record(tmp, tmp / "a", prog);
+  record(tmp, tmp / "b", prog);
+  auto j = diff_json(tmp, tmp / "a", tmp / "b", 0);
+  CHECK(j["diverged"] == false);
+  CHECK(j["first_divergent"].is_null());
+  CHECK(j["totals"]["counts"]["same"].get<int64_t>() == j["events_suspect"].get<int64_t>());
+  CHECK(j["events_suspect"].get<int64_t>() > 1000);
+}
+
+TEST_CASE("the C++ example with 1 vs 2 threads: the first divergent operator is a reduction with equal inputs") {
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kTinyGpt, "--steps", "3", "--threads", "2"});
+  record(tmp, tmp / "sus", {kTinyGpt, "--steps", "3", "--threads", "1"});
+  auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3, {"--trace", tmp / "trace.json"});
+  REQUIRE(j["first_divergent"].is_object());
+  const auto& f = j["first_divergent"];
+  CHECK(f["class"] == "origin");
+  // Threads split reductions: over rows (sum, mean, the weight and bias grads
+  // of layer_norm and embedding) or the inner dimension of a matmul.
+  static const std::set<std::string> kReductions = {
+      "aten::sum", "aten::mean", "aten::native_layer_norm_backward", "aten::embedding_backward",
+      "aten::embedding_dense_backward", "aten::mm", "aten::bmm", "aten::addmm", "aten::matmul"};
+  CHECK(kReductions.count(f["op"].get<std::string>()) == 1);
+  // The manifests name the knob.
+  bool threads_named = false;
+  for (const auto& d : j["manifest_differences"]) threads_named = threads_named || d["key"] == "threads";
+  CHECK(threads_named);
+  check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
+
+  // The trace opens as trace-event JSON and marks the first divergent operator.
+  std::ifstream in(tmp / "trace.json");
+  auto trace = nlohmann::json::parse(in);
+  int marked = 0;
+  for (const auto& e : trace["traceEvents"])
+    marked += e["ph"] == "X" && e["name"].get<std::string>().rfind("FIRST DIVERGENT", 0) == 0;
+  CHECK(marked == 1);
+
+  // The printed re-record commands give full tensors, and then evidence.
+  const std::string commands = f["rerecord_command"];
+  REQUIRE_FALSE(commands.empty());
+  Result rr = run({"/bin/sh", "-c", commands + " >/dev/null"}, tmp.path().string());
+  REQUIRE(rr.exit_code == 0);
+  const std::string id = f["suspect_id"];
+  auto j2 = diff_json(tmp, tmp / ("ref-around-" + id), tmp / ("sus-around-" + id), 3);
+  REQUIRE(j2["first_divergent"].is_object());
+  CHECK(j2["first_divergent"]["suspect_id"] == id);
+  REQUIRE(j2["first_divergent"]["evidence"].size() >= 1);
+  const auto& m = j2["first_divergent"]["evidence"][0]["metrics"];
+  CHECK(m["differing"].get<int64_t>() > 0);
+  CHECK(m["max_ulp"].get<uint64_t>() > 0);
+}
+
+TEST_CASE("the Python example with ATEN_CPU_CAPABILITY default vs avx2: the first divergent operator is a vectorised kernel") {
+  TempDir tmp;
+  const std::vector<std::string> prog = {kPython, kTinyGptPy, "--steps", "2"};
+  record(tmp, tmp / "ref", prog, {"ATEN_CPU_CAPABILITY=avx2"});
+  record(tmp, tmp / "same", prog, {"ATEN_CPU_CAPABILITY=avx2"});
+  record(tmp, tmp / "sus", prog, {"ATEN_CPU_CAPABILITY=default"});
+  auto same = diff_json(tmp, tmp / "ref", tmp / "same", 0);
+  CHECK(same["diverged"] == false);
+  auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3);
+  REQUIRE(j["first_divergent"].is_object());
+  const auto& f = j["first_divergent"];
+  CHECK(f["class"] == "origin");
+  // PLATFORM.md: the capability changes ATen's vectorised kernels, randn's
+  // (normal_) among them, which initialises the weights.
+  static const std::set<std::string> kVectorised = {"aten::normal_", "aten::exp", "aten::tanh", "aten::softmax",
+                                                    "aten::_softmax", "aten::layer_norm", "aten::native_layer_norm",
+                                                    "aten::log_softmax", "aten::_log_softmax", "aten::gelu"};
+  CHECK(kVectorised.count(f["op"].get<std::string>()) == 1);
+  check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
+}
+
+TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {
+  TempDir tmp;
+  record(tmp, tmp / "a", {kTinyGpt, "--steps", "1"});
+  std::filesystem::create_directories(tmp / "not-a-recording");
+  Result r = run({kOpguard, "diff", tmp / "a", tmp / "not-a-recording"}, tmp.path().string());
+  CHECK(r.exit_code == 65);
+  CHECK(r.err.find("not an opguard recording") != std::string::npos);
+  r = run({kOpguard, "diff", tmp / "a"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "diff", tmp / "a", tmp / "a", "--steps", "5:2"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "diff", tmp / "a", "--ranks", "0,x"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "diff", tmp / "a", tmp / "a", "--rank", "7"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "diff", tmp / "a", tmp / "a", "--trace", "/nonexistent-dir/t.json"}, tmp.path().string());
+  CHECK(r.exit_code == 74);
+}
