@@ -304,18 +304,22 @@ std::vector<std::string> read_string_column(const Site& site, hid_t loc, const c
   std::vector<std::string> out;
   if (rows == 0) return out;
   Handle space = dataspace(site, H5Dget_space(ds.get()), std::string("H5Dget_space(") + name + ")");
-  hsize_t total = 0;
-  site.ok(H5Dvlen_get_buf_size(ds.get(), type.get(), space.get(), &total),
-          std::string("H5Dvlen_get_buf_size(") + name + ")");
-  if (total > max_bytes) {
-    site.fail(std::string("its column ") + name + " claims " + std::to_string(total) +
-              " bytes of strings, more than the file holds");
-  }
+  // HDF5 allocates each string as it reads it (a string longer than the file
+  // fails inside H5Dread); the total is checked afterwards. H5Dvlen_get_buf_size
+  // would check it first but reads the column element by element: minutes for
+  // a million rows.
   std::vector<char*> pointers(rows, nullptr);
   read_all(site, ds.get(), type.get(), pointers.data(), name);
+  std::size_t total = 0;
   try {
     out.reserve(rows);
-    for (char* p : pointers) out.emplace_back(p != nullptr ? p : "");
+    for (char* p : pointers) {
+      out.emplace_back(p != nullptr ? p : "");
+      total += out.back().size() + 1;
+      if (total > max_bytes) {
+        site.fail(std::string("its column ") + name + " holds more bytes of strings than the file");
+      }
+    }
   } catch (...) {
     H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, pointers.data());
     throw;
