@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <string>
+#include <utility>
 
 #include "opguard/formats/recording.h"
 
@@ -15,7 +16,7 @@ h5::Handle writer_fapl(const h5::Site& site) {
   return fapl;
 }
 
-uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file) {
+uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file, GlobalHeaps* heaps) {
   h5::silence_errors();
   struct stat st {};
   if (::stat(site.path().c_str(), &st) != 0) site.fail("it does not exist or cannot be read");
@@ -35,6 +36,9 @@ uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& f
     site.fail("it is in opguard format version " + std::to_string(version) + ", and this opguard reads version " +
               std::to_string(kFormatVersion));
   }
+  // Before the first string is read (kind is one).
+  GlobalHeaps checked(site, root, size);
+  if (heaps != nullptr) *heaps = std::move(checked);
   if (!h5::has_attr(site, root, "kind")) site.fail("it has no kind attribute");
   std::string actual = h5::read_string_attr(site, root, "kind");
   if (actual != kind) site.fail("it is an \"" + actual + "\" file where an \"" + kind + "\" file was expected");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "global_heap.h"
 #include "h5.h"
 
 namespace opguard::formats {
@@ -15,9 +16,12 @@ h5::Handle writer_fapl(const h5::Site& site);
 
 // Opens site.path() read-only after checking, in this order, that it is a
 // regular file, an HDF5 file, an opguard file (root attribute opguard_format),
-// of the version this build reads, and of `kind` (root attribute kind). Each
-// failure is one FormatError sentence. Returns the file's size in bytes, the
-// bound every reader puts on what it will allocate.
-uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file);
+// of the version this build reads, with intact string heaps (global_heap.h),
+// and of `kind` (root attribute kind). Each failure is one FormatError
+// sentence. Returns the file's size in bytes, the bound every reader puts on
+// what it will allocate; `heaps`, if given, receives the checked heaps for
+// GlobalHeaps::check_string_column.
+uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file,
+                           GlobalHeaps* heaps = nullptr);
 
 }  // namespace opguard::formats

@@ -38,6 +38,7 @@ struct StepReader::Impl {
   uint64_t file_size = 0;
   Handle file;
   Handle data_group;
+  GlobalHeaps heaps;
   int rank = 0;
   int64_t step = 0;
   std::vector<Event> events;
@@ -51,7 +52,12 @@ void StepReader::Impl::read_events() {
   const Caps cap(file_size);
   hid_t root = file.get();
   using h5::read_column;
-  using h5::read_string_column;
+  // String columns: heap ids checked first (global_heap.h).
+  auto read_string_column = [&](const h5::Site& s, hid_t loc, const char* name, std::size_t max_rows,
+                                std::size_t max_bytes) {
+    heaps.check_string_column(s, loc, name);
+    return h5::read_string_column(s, loc, name, max_rows, max_bytes);
+  };
 
   auto id = read_column<uint64_t>(site, root, "/events/id", H5T_STD_U64LE, cap.u64);
   const std::size_t n = id.size();
@@ -233,7 +239,7 @@ StepReader::StepReader(const std::string& path) : impl_(new Impl(path)) {
   try {
     Impl& im = *impl_;
     h5::silence_errors();
-    im.file_size = open_checked_file(im.site, step_layout::kKind, im.file);
+    im.file_size = open_checked_file(im.site, step_layout::kKind, im.file, &im.heaps);
     hid_t root = im.file.get();
     int64_t rank = h5::read_int_attr(im.site, root, "rank");
     if (rank < 0 || rank > INT32_MAX) im.site.fail("its rank attribute " + std::to_string(rank) + " is out of range");
