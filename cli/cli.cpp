@@ -30,6 +30,8 @@ int run_cli(int argc, char** argv) {
   add_ls_command(app, result);
   add_show_command(app, result);
   add_diff_command(app, result);
+  add_replay_command(app, result);
+  add_configs_command(app, result);
   try {
     app.parse(argc, argv);
     return result.exit_code;

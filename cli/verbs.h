@@ -17,6 +17,8 @@ void add_record_command(CLI::App& app, VerbResult& result);
 void add_ls_command(CLI::App& app, VerbResult& result);
 void add_show_command(CLI::App& app, VerbResult& result);
 void add_diff_command(CLI::App& app, VerbResult& result);
+void add_replay_command(CLI::App& app, VerbResult& result);
+void add_configs_command(CLI::App& app, VerbResult& result);
 
 // The directory holding the running opguard executable.
 std::string executable_dir();

@@ -1,0 +1,233 @@
+// Knobs, config strings and the config a recording was made under. No torch:
+// `opguard configs` and config validation must not wait for torch's headers.
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "opguard/replay/replay.h"
+#include "replay_internal.h"
+
+namespace opguard::replay {
+namespace {
+
+constexpr const char* kNoCuda =
+    "this build links the CPU libtorch only: build with OPGUARD_CUDA=ON and run on a machine with a GPU";
+
+bool cpu_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w)
+      if (w == flag) return true;
+    return false;
+  }
+  return false;
+}
+
+std::vector<KnobInfo> make_table() {
+  std::vector<KnobInfo> t;
+  auto add = [&](std::string name, std::string values, std::string changes, bool process_wide, bool available = true,
+                 std::string why = "") {
+    t.push_back(KnobInfo{std::move(name), std::move(values), std::move(changes), process_wide, available, std::move(why)});
+  };
+  add("device", "cpu (cuda:N on CUDA builds)", "where the op runs; CPU vs GPU kernels give other bits for most "
+      "floating ops", false);
+  add("threads", "positive integer", "intra-op threads (at::set_num_threads, also MKL's): full reductions "
+      "(sum, mean over all elements) split their work by thread count", false);
+  const bool avx2 = cpu_has_flag("avx2");
+  const bool avx512 = cpu_has_flag("avx512f");
+  add("cpu_capability", std::string("default|avx2") + (avx512 ? "|avx512" : ""),
+      "ATEN_CPU_CAPABILITY: which vectorised ATen kernels run (exp, tanh, softmax, layer_norm, sum, randn); "
+      "not MKL's BLAS", true, avx2, avx2 ? "" : "this CPU has no AVX2");
+  add("mkldnn", "on|off", "oneDNN (at::globalContext().setUserEnabledMkldnn): conv2d and bf16/fp16 matmul "
+      "algorithms", false);
+  add("deterministic", "on|off", "torch.use_deterministic_algorithms: picks deterministic kernels where an op "
+      "has them (mostly CUDA; index_add, scatter_reduce)", false);
+  add("dtype", "bfloat16|float16|float32|float64 (bf16, fp16, fp32, fp64)",
+      "casts floating inputs to this dtype, runs the op, casts floating outputs back to the recorded dtype",
+      false);
+  add("float32_matmul_precision", "highest|high|medium", "torch.set_float32_matmul_precision: fp32 matmul "
+      "through bf16/TF32 paths where the hardware has them", false);
+  add("flush_denormal", "on|off", "flush denormal floats to zero (at::globalContext().setFlushDenormal)", false);
+  add("blas_threads", "positive integer", "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS for the trial: BLAS "
+      "(mm, addmm, bmm) blocking and summation order", true);
+  add("env:NAME", "any string", "sets environment variable NAME for the trial (MKL_CBWR, OMP_*, DNNL_*, ...); "
+      "read by libraries at start-up", true);
+  const char* gpu[][2] = {
+      {"tf32_cublas", "cuBLAS matmul in TF32 (torch.backends.cuda.matmul.allow_tf32)"},
+      {"tf32_cudnn", "cuDNN convolutions in TF32 (torch.backends.cudnn.allow_tf32)"},
+      {"cudnn_benchmark", "cuDNN autotuning picks another algorithm"},
+      {"cudnn_deterministic", "deterministic cuDNN algorithms only"},
+      {"reduced_precision_reduction", "fp16/bf16 GEMM accumulating in reduced precision"},
+      {"cublas_workspace_config", "CUBLAS_WORKSPACE_CONFIG: cuBLAS split-K workspace"},
+      {"sdpa_backend", "scaled_dot_product_attention backend (math, flash, efficient, cudnn)"},
+  };
+  for (const auto& g : gpu) add(g[0], g[0] == std::string("sdpa_backend") ? "math|flash|efficient|cudnn" :
+                                g[0] == std::string("cublas_workspace_config") ? ":4096:8|:16:8" : "on|off",
+                                g[1], false, false, kNoCuda);
+  return t;
+}
+
+std::string canonical_bool(const std::string& knob, const std::string& v) {
+  if (v == "on" || v == "1" || v == "true" || v == "yes") return "on";
+  if (v == "off" || v == "0" || v == "false" || v == "no") return "off";
+  throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use on or off");
+}
+
+std::string canonical_positive(const std::string& knob, const std::string& v) {
+  std::size_t used = 0;
+  long n = 0;
+  try {
+    n = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || n < 1 || n > 4096)
+    throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use a positive integer");
+  return std::to_string(n);
+}
+
+const KnobInfo* find_knob(const std::string& name) {
+  const std::string key = name.rfind("env:", 0) == 0 ? "env:NAME" : name;
+  for (const auto& k : knob_table())
+    if (k.name == key) return &k;
+  return nullptr;
+}
+
+// Checks one knob=value and returns the value in its canonical spelling.
+std::string canonical_value(const std::string& knob, const std::string& v) {
+  const KnobInfo* info = find_knob(knob);
+  if (info == nullptr) {
+    std::string names;
+    for (const auto& k : knob_table()) names += (names.empty() ? "" : ", ") + k.name;
+    throw UsageError("'" + knob + "' is not a knob: use one of " + names + " (opguard configs lists them)");
+  }
+  if (knob == "env:")
+    throw UsageError("env: needs a variable name: env:NAME=VALUE");
+  if (!info->available) throw UsageError(knob + " cannot be applied by this build: " + info->unavailable_reason);
+  if (knob == "device") {
+    if (v == "cpu") return v;
+    if (v.rfind("cuda", 0) == 0) throw UsageError("device=" + v + " cannot be applied by this build: " + kNoCuda);
+    throw UsageError("device=" + v + " is not a device: use cpu or cuda:N");
+  }
+  if (knob == "threads" || knob == "blas_threads") return canonical_positive(knob, v);
+  if (knob == "mkldnn" || knob == "deterministic" || knob == "flush_denormal") return canonical_bool(knob, v);
+  if (knob == "cpu_capability") {
+    if (v == "default" || v == "avx2") return v;
+    if (v == "avx512") {
+      if (info->values.find("avx512") == std::string::npos)
+        throw UsageError("cpu_capability=avx512 cannot be applied on this machine: its CPU has no AVX-512");
+      return v;
+    }
+    throw UsageError("cpu_capability=" + v + " is not a value of cpu_capability: use default or avx2");
+  }
+  if (knob == "dtype") {
+    static const std::map<std::string, std::string> kNames = {
+        {"bf16", "bfloat16"}, {"bfloat16", "bfloat16"}, {"fp16", "float16"}, {"float16", "float16"},
+        {"half", "float16"},  {"fp32", "float32"},      {"float32", "float32"}, {"float", "float32"},
+        {"fp64", "float64"},  {"float64", "float64"},   {"double", "float64"}};
+    auto it = kNames.find(v);
+    if (it == kNames.end())
+      throw UsageError("dtype=" + v + " is not a value of dtype: use bf16, fp16, fp32 or fp64");
+    return it->second;
+  }
+  if (knob == "float32_matmul_precision") {
+    if (v == "highest" || v == "high" || v == "medium") return v;
+    throw UsageError("float32_matmul_precision=" + v + " is not a value: use highest, high or medium");
+  }
+  return v;  // env:NAME takes any string
+}
+
+}  // namespace
+
+const std::vector<KnobInfo>& knob_table() {
+  static const std::vector<KnobInfo> table = make_table();
+  return table;
+}
+
+Config Config::parse(const std::string& text) {
+  Config c;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) {
+      if (end == text.size()) break;
+      continue;
+    }
+    // env:NAME=VALUE splits at the first '=' after the name.
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("'" + item + "' is not knob=value: write for example threads=2,cpu_capability=default");
+    const std::string knob = item.substr(0, eq);
+    c.set(knob, canonical_value(knob, item.substr(eq + 1)));
+  }
+  return c;
+}
+
+std::string Config::to_string() const {
+  std::string s;
+  for (const auto& [k, v] : knobs) s += (s.empty() ? "" : ",") + k + "=" + v;
+  return s;
+}
+
+std::optional<std::string> Config::get(const std::string& knob) const {
+  for (const auto& [k, v] : knobs)
+    if (k == knob) return v;
+  return std::nullopt;
+}
+
+void Config::set(const std::string& knob, const std::string& value) {
+  for (auto& [k, v] : knobs) {
+    if (k == knob) {
+      v = value;
+      return;
+    }
+  }
+  knobs.emplace_back(knob, value);
+}
+
+Config Config::overlaid(const Config& other) const {
+  Config c = *this;
+  for (const auto& [k, v] : other.knobs) c.set(k, v);
+  return c;
+}
+
+Config recorded_config(const std::string& recording_dir, int rank) {
+  const auto layout = formats::scan_recording(recording_dir);
+  for (const auto& r : layout.ranks) {
+    if (r.rank != rank) continue;
+    const auto m = formats::read_manifest(r.manifest_path);
+    Config c;
+    auto info = [&](const std::string& key) -> std::string {
+      // The state at the end is what the steps ran under when the program
+      // changed a knob after its first op.
+      auto it = m.info.find(key + "_at_end");
+      if (it == m.info.end()) it = m.info.find(key);
+      return it == m.info.end() ? "" : it->second;
+    };
+    if (auto t = info("threads"); !t.empty() && t != "0") c.set("threads", t);
+    if (auto cap = m.info.find("cpu_capability"); cap != m.info.end() && !cap->second.empty())
+      c.set("cpu_capability", cap->second);
+    if (auto v = info("mkldnn_enabled"); !v.empty()) c.set("mkldnn", v == "1" ? "on" : "off");
+    if (auto v = info("deterministic_algorithms"); !v.empty()) c.set("deterministic", v == "1" ? "on" : "off");
+    if (auto v = info("float32_matmul_precision"); !v.empty()) c.set("float32_matmul_precision", v);
+    for (const char* name : detail::kRecordedEnv) {
+      auto it = m.env.find(name);
+      if (it != m.env.end()) c.set(std::string("env:") + name, it->second);
+    }
+    return c;
+  }
+  throw UsageError(recording_dir + " has no rank " + std::to_string(rank) + ": opguard ls lists its ranks");
+}
+
+}  // namespace opguard::replay

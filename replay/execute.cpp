@@ -1,0 +1,521 @@
+// Rebuilds a recorded event's arguments as IValues and calls the operator
+// through the dispatcher. The only file of opguard_replay with torch headers.
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <torch/headeronly/version.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "execute.h"
+
+namespace opguard::replay::detail {
+namespace {
+
+using formats::TensorMeta;
+using formats::Value;
+using formats::ValueKind;
+
+// Thrown while building arguments; becomes a cannot-replay verdict.
+struct CannotReplay {
+  CannotReason reason;
+  std::string message;
+};
+
+std::optional<c10::ScalarType> to_scalar_type(DType d) {
+  switch (d) {
+    case DType::kFloat64: return c10::ScalarType::Double;
+    case DType::kFloat32: return c10::ScalarType::Float;
+    case DType::kFloat16: return c10::ScalarType::Half;
+    case DType::kBFloat16: return c10::ScalarType::BFloat16;
+    case DType::kInt8: return c10::ScalarType::Char;
+    case DType::kInt16: return c10::ScalarType::Short;
+    case DType::kInt32: return c10::ScalarType::Int;
+    case DType::kInt64: return c10::ScalarType::Long;
+    case DType::kUInt8: return c10::ScalarType::Byte;
+    case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kComplex64: return c10::ScalarType::ComplexFloat;
+    case DType::kComplex128: return c10::ScalarType::ComplexDouble;
+    case DType::kUInt16: return c10::ScalarType::UInt16;
+    case DType::kUInt32: return c10::ScalarType::UInt32;
+    case DType::kUInt64: return c10::ScalarType::UInt64;
+    case DType::kFloat8E4M3: return c10::ScalarType::Float8_e4m3fn;
+    case DType::kFloat8E5M2: return c10::ScalarType::Float8_e5m2;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> to_dtype(c10::ScalarType t) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    auto d = static_cast<DType>(i);
+    if (to_scalar_type(d) == t) return d;
+  }
+  return std::nullopt;
+}
+
+// Exactly the recorder's formatting, so that non-tensor outputs compare as text.
+std::string hex_double(double d) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%a", d);
+  return buf;
+}
+
+double parse_double(const std::string& text) {
+  // strtod reads C99 hex floats ("0x1.8p+1", "-0x0p+0", "inf", "nan") exactly.
+  char* end = nullptr;
+  double d = std::strtod(text.c_str(), &end);
+  if (end == text.c_str())
+    throw CannotReplay{CannotReason::kUnsupportedValue, "'" + text + "' is not a recorded double"};
+  return d;
+}
+
+int64_t parse_int(const std::string& text) {
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str())
+    throw CannotReplay{CannotReason::kUnsupportedValue, "'" + text + "' is not a recorded integer"};
+  return v;
+}
+
+// "[a,b,c]" -> {"a","b","c"}
+std::vector<std::string> list_items(const std::string& text) {
+  std::vector<std::string> items;
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+    throw CannotReplay{CannotReason::kUnsupportedValue, "'" + text + "' is not a recorded list"};
+  std::string cur;
+  for (std::size_t i = 1; i + 1 < text.size(); ++i) {
+    if (text[i] == ',') {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += text[i];
+    }
+  }
+  if (!cur.empty()) items.push_back(cur);
+  return items;
+}
+
+// The recorded layout rebuilt: a zero-filled storage large enough for the
+// recorded sizes, strides and storage offset, the row-major bits scattered into
+// it, and a strided view on it. Zero fill makes bytes outside the view (and
+// uninitialised buffers) the same in every trial.
+at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, const std::string& what) {
+  if (m.device != "cpu")
+    throw CannotReplay{CannotReason::kUnsupportedValue,
+                       what + " was recorded on " + m.device + "; this build replays on the CPU only"};
+  auto st = to_scalar_type(m.dtype);
+  if (!st) throw CannotReplay{CannotReason::kUnsupportedValue, what + " has a dtype this libtorch lacks"};
+  const int ndim = static_cast<int>(m.sizes.size());
+  if (static_cast<int>(m.strides.size()) != ndim)
+    throw CannotReplay{CannotReason::kUnsupportedValue, what + " has no recorded strides"};
+  const int64_t numel = m.numel();
+  int64_t extent = m.storage_offset;
+  if (numel > 0) {
+    extent += 1;
+    for (int d = 0; d < ndim; ++d) extent += (m.sizes[d] - 1) * m.strides[d];
+  }
+  at::Tensor storage = at::zeros({extent}, at::TensorOptions().dtype(*st));
+  if (data != nullptr && numel > 0) {
+    const std::size_t es = dtype_size(m.dtype);
+    if (data->bytes.size() != static_cast<std::size_t>(numel) * es)
+      throw CannotReplay{CannotReason::kInputsNotRecorded, what + ": the stored tensor has the wrong size"};
+    auto* base = static_cast<uint8_t*>(storage.data_ptr()) + m.storage_offset * es;
+    // Walk the elements in row-major order; overlapping views (stride 0) get
+    // the same bits several times, which is what the recording saw.
+    std::vector<int64_t> index(ndim, 0);
+    const uint8_t* src = data->bytes.data();
+    const int64_t inner = ndim > 0 ? m.sizes[ndim - 1] : 1;
+    const int64_t inner_stride = ndim > 0 ? m.strides[ndim - 1] : 0;
+    for (int64_t done = 0; done < numel; done += inner) {
+      int64_t offset = 0;
+      for (int d = 0; d + 1 < ndim; ++d) offset += index[d] * m.strides[d];
+      uint8_t* dst = base + offset * es;
+      if (inner_stride == 1) {
+        std::memcpy(dst, src, inner * es);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + j * inner_stride * es, src + j * es, es);
+      }
+      src += inner * es;
+      for (int d = ndim - 2; d >= 0; --d) {
+        if (++index[d] < m.sizes[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+  // set_ rather than as_strided: the result owns its storage and is not a view,
+  // like the tensors ops such as detach_ insist on.
+  at::Tensor t = at::empty({0}, storage.options());
+  t.set_(storage.storage(), m.storage_offset, m.sizes, m.strides);
+  return t;
+}
+
+at::Tensor state_tensor(const Value& v, const formats::TensorData* data) {
+  if (data == nullptr)
+    throw CannotReplay{CannotReason::kInputsNotRecorded, "the generator state of '" + v.name + "' is not recorded in full"};
+  if (v.text != "cpu")
+    throw CannotReplay{CannotReason::kUnsupportedValue, "a " + v.text + " generator cannot be replayed on the CPU"};
+  return make_tensor(v.tensor, data, "generator state").contiguous();
+}
+
+c10::TypePtr unwrap_optional(c10::TypePtr t, bool* optional = nullptr) {
+  if (auto o = t->cast<c10::OptionalType>()) {
+    if (optional) *optional = true;
+    return o->getElementType();
+  }
+  if (optional) *optional = false;
+  return t;
+}
+
+c10::Layout parse_layout(const std::string& s) {
+  if (s == "Strided") return c10::kStrided;
+  if (s == "Sparse") return c10::kSparse;
+  if (s == "SparseCsr") return c10::kSparseCsr;
+  if (s == "SparseCsc") return c10::kSparseCsc;
+  if (s == "SparseBsr") return c10::kSparseBsr;
+  if (s == "SparseBsc") return c10::kSparseBsc;
+  if (s == "Mkldnn") return c10::kMkldnn;
+  if (s == "Jagged") return c10::kJagged;
+  throw CannotReplay{CannotReason::kUnsupportedValue, "layout '" + s + "' is unknown"};
+}
+
+c10::MemoryFormat parse_memory_format(const std::string& s) {
+  if (s == "Contiguous") return c10::MemoryFormat::Contiguous;
+  if (s == "Preserve") return c10::MemoryFormat::Preserve;
+  if (s == "ChannelsLast") return c10::MemoryFormat::ChannelsLast;
+  if (s == "ChannelsLast3d") return c10::MemoryFormat::ChannelsLast3d;
+  throw CannotReplay{CannotReason::kUnsupportedValue, "memory format '" + s + "' is unknown"};
+}
+
+bool parse_bool(const std::string& s) { return s == "true" || s == "1" || s == "True"; }
+
+// One non-tensor value as the IValue the schema argument of type `type` takes.
+c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
+  switch (v.kind) {
+    case ValueKind::kNone: {
+      const auto inner = unwrap_optional(type);
+      if (inner->kind() == c10::TypeKind::TensorType && !type->cast<c10::OptionalType>()) return at::Tensor();
+      return c10::IValue();
+    }
+    case ValueKind::kInt: return c10::IValue(parse_int(v.text));
+    case ValueKind::kDouble: return c10::IValue(parse_double(v.text));
+    case ValueKind::kBool: return c10::IValue(parse_bool(v.text));
+    case ValueKind::kString: return c10::IValue(v.text);
+    case ValueKind::kComplex: {
+      const auto comma = v.text.find(',');
+      if (v.text.size() < 5 || comma == std::string::npos)
+        throw CannotReplay{CannotReason::kUnsupportedValue, "'" + v.text + "' is not a recorded complex"};
+      const double re = parse_double(v.text.substr(1, comma - 1));
+      const double im = parse_double(v.text.substr(comma + 1, v.text.size() - comma - 2));
+      return c10::IValue(c10::complex<double>(re, im));
+    }
+    case ValueKind::kScalarType: {
+      if (auto d = dtype_from_name(v.text))
+        if (auto st = to_scalar_type(*d)) return c10::IValue(static_cast<int64_t>(*st));
+      return c10::IValue(parse_int(v.text));  // the recorder's fallback: the enum value
+    }
+    case ValueKind::kLayout: return c10::IValue(static_cast<int64_t>(parse_layout(v.text)));
+    case ValueKind::kMemoryFormat: return c10::IValue(static_cast<int64_t>(parse_memory_format(v.text)));
+    case ValueKind::kDevice: {
+      try {
+        return c10::IValue(c10::Device(v.text));
+      } catch (const c10::Error&) {
+        throw CannotReplay{CannotReason::kUnsupportedValue, "device '" + v.text + "' is unknown"};
+      }
+    }
+    case ValueKind::kIntList:
+    case ValueKind::kDoubleList:
+    case ValueKind::kBoolList: {
+      // The recorder writes an empty list of any element type as "[]" (kIntList):
+      // the schema says which list it is.
+      const auto items = list_items(v.text);
+      c10::TypePtr elem;
+      if (auto list = unwrap_optional(type)->cast<c10::ListType>()) elem = unwrap_optional(list->getElementType());
+      const auto elem_kind = elem ? elem->kind() : c10::TypeKind::IntType;
+      if (v.kind == ValueKind::kDoubleList || elem_kind == c10::TypeKind::FloatType) {
+        std::vector<double> out;
+        for (const auto& s : items) out.push_back(parse_double(s));
+        return c10::IValue(out);
+      }
+      if (v.kind == ValueKind::kBoolList || elem_kind == c10::TypeKind::BoolType) {
+        c10::List<bool> out;
+        for (const auto& s : items) out.push_back(parse_bool(s));
+        return c10::IValue(out);
+      }
+      if (elem_kind == c10::TypeKind::TensorType && items.empty()) {
+        auto list_type = unwrap_optional(type)->cast<c10::ListType>();
+        if (list_type->getElementType()->cast<c10::OptionalType>())
+          return c10::IValue(c10::List<std::optional<at::Tensor>>());
+        return c10::IValue(c10::List<at::Tensor>());
+      }
+      std::vector<int64_t> out;
+      for (const auto& s : items) out.push_back(parse_int(s));
+      return c10::IValue(out);
+    }
+    default:
+      throw CannotReplay{CannotReason::kUnsupportedValue,
+                         std::string("argument '") + v.name + "' is a " + formats::value_kind_name(v.kind) +
+                             " (" + v.text + "), which replay cannot rebuild"};
+  }
+}
+
+// Settings apply for one trial and are undone afterwards, so that --all and
+// bisect's trials do not leak into each other.
+class SettingsScope {
+ public:
+  explicit SettingsScope(const Settings& s) {
+    auto& ctx = at::globalContext();
+    threads_ = at::get_num_threads();
+    mkldnn_ = ctx.userEnabledMkldnn();
+    deterministic_ = ctx.deterministicAlgorithms();
+    deterministic_warn_ = ctx.deterministicAlgorithmsWarnOnly();
+    switch (ctx.float32MatmulPrecision()) {
+      case at::Float32MatmulPrecision::HIGHEST: precision_ = "highest"; break;
+      case at::Float32MatmulPrecision::HIGH: precision_ = "high"; break;
+      case at::Float32MatmulPrecision::MEDIUM: precision_ = "medium"; break;
+    }
+    if (s.threads) at::set_num_threads(*s.threads);
+    if (s.mkldnn) ctx.setUserEnabledMkldnn(*s.mkldnn);
+    if (s.deterministic) ctx.setDeterministicAlgorithms(*s.deterministic, false);
+    if (s.matmul_precision) ctx.setFloat32MatmulPrecision(*s.matmul_precision);
+    if (s.flush_denormal) {
+      flush_ = true;
+      at::globalContext().setFlushDenormal(*s.flush_denormal);
+    }
+  }
+  ~SettingsScope() {
+    auto& ctx = at::globalContext();
+    if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
+    ctx.setUserEnabledMkldnn(mkldnn_);
+    ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);
+    ctx.setFloat32MatmulPrecision(precision_);
+    if (flush_) at::globalContext().setFlushDenormal(false);
+  }
+  SettingsScope(const SettingsScope&) = delete;
+  SettingsScope& operator=(const SettingsScope&) = delete;
+
+ private:
+  int threads_ = 1;
+  bool mkldnn_ = true, deterministic_ = false, deterministic_warn_ = false, flush_ = false;
+  std::string precision_ = "highest";
+};
+
+at::Tensor cast_input(at::Tensor t, const Settings& s) {
+  if (!s.dtype || !t.defined() || !at::isFloatingType(t.scalar_type())) return t;
+  return t.to(*to_scalar_type(*s.dtype));
+}
+
+void add_output(const c10::IValue& iv, std::vector<OutValue>& out, const formats::Event& ev, bool cast_back) {
+  OutValue o;
+  if (iv.isTensor()) {
+    at::Tensor t = iv.toTensor();
+    if (!t.defined()) {
+      o.kind = ValueKind::kNone;
+      o.text = "undefined";
+      out.push_back(std::move(o));
+      return;
+    }
+    const std::size_t pos = out.size();
+    if (cast_back && pos < ev.outputs.size() && formats::carries_tensor(ev.outputs[pos].kind) &&
+        at::isFloatingType(t.scalar_type()))
+      if (auto st = to_scalar_type(ev.outputs[pos].tensor.dtype)) t = t.to(*st);
+    o.kind = ValueKind::kTensor;
+    auto d = to_dtype(t.scalar_type());
+    o.sizes.assign(t.sizes().begin(), t.sizes().end());
+    if (t.layout() == c10::kStrided) o.strides.assign(t.strides().begin(), t.strides().end());
+    if (d && t.layout() == c10::kStrided && t.device().is_cpu() && t.has_storage()) {
+      o.dtype = *d;
+      at::Tensor c = t.contiguous();
+      o.bytes.resize(static_cast<std::size_t>(c.numel()) * c.element_size());
+      if (!o.bytes.empty()) std::memcpy(o.bytes.data(), c.const_data_ptr(), o.bytes.size());
+      o.bytes_valid = true;
+    }
+    out.push_back(std::move(o));
+    return;
+  }
+  if (iv.isTensorList() || iv.isList()) {
+    if (iv.isIntList() || iv.isDoubleList() || iv.isBoolList()) {
+      std::string s = "[";
+      if (iv.isIntList()) {
+        o.kind = ValueKind::kIntList;
+        const auto l = iv.toIntList();
+        for (std::size_t i = 0; i < l.size(); ++i) s += (i ? "," : "") + std::to_string(l.get(i));
+      } else if (iv.isDoubleList()) {
+        o.kind = ValueKind::kDoubleList;
+        const auto l = iv.toDoubleList();
+        for (std::size_t i = 0; i < l.size(); ++i) s += (i ? "," : "") + hex_double(l.get(i));
+      } else {
+        o.kind = ValueKind::kBoolList;
+        const auto l = iv.toBoolList();
+        for (std::size_t i = 0; i < l.size(); ++i) s += std::string(i ? "," : "") + (l.get(i) ? "true" : "false");
+      }
+      o.text = s + "]";
+      out.push_back(std::move(o));
+      return;
+    }
+    const auto list = iv.toListRef();
+    if (list.empty()) {
+      o.kind = ValueKind::kIntList;
+      o.text = "[]";
+      out.push_back(std::move(o));
+      return;
+    }
+    o.kind = ValueKind::kTensorList;
+    out.push_back(std::move(o));
+    for (const auto& e : list) {
+      if (e.isTensor()) {
+        add_output(e, out, ev, cast_back);
+      } else {
+        OutValue none;
+        none.kind = ValueKind::kNone;
+        out.push_back(std::move(none));
+      }
+    }
+    return;
+  }
+  if (iv.isNone()) {
+    o.kind = ValueKind::kNone;
+  } else if (iv.isBool()) {
+    o.kind = ValueKind::kBool;
+    o.text = iv.toBool() ? "true" : "false";
+  } else if (iv.isInt()) {
+    o.kind = ValueKind::kInt;
+    o.text = std::to_string(iv.toInt());
+  } else if (iv.isDouble()) {
+    o.kind = ValueKind::kDouble;
+    o.text = hex_double(iv.toDouble());
+  } else if (iv.isComplexDouble()) {
+    o.kind = ValueKind::kComplex;
+    auto c = iv.toComplexDouble();
+    o.text = "(" + hex_double(c.real()) + "," + hex_double(c.imag()) + ")";
+  } else if (iv.isString()) {
+    o.kind = ValueKind::kString;
+    o.text = iv.toStringRef();
+  } else if (iv.isDevice()) {
+    o.kind = ValueKind::kDevice;
+    o.text = iv.toDevice().str();
+  } else {
+    o.kind = ValueKind::kOther;
+    o.text = iv.tagKind();
+  }
+  out.push_back(std::move(o));
+}
+
+}  // namespace
+
+std::string process_cpu_capability() {
+  std::string c = at::get_cpu_capability();
+  for (char& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return c;
+}
+
+int process_threads() { return at::get_num_threads(); }
+
+ExecResult execute(const formats::Event& ev, const std::vector<const formats::TensorData*>& data,
+                   const Settings& settings) {
+  ExecResult result;
+  // A recorder in this process (a test linking it, a preload) must not record
+  // the replay itself.
+  at::RecordFunctionGuard no_recording(false);
+  std::optional<c10::OperatorHandle> handle;
+  try {
+    handle = c10::Dispatcher::singleton().findSchemaOrThrow(ev.op.c_str(), ev.overload.c_str());
+  } catch (const c10::Error&) {
+    result.reason = CannotReason::kOpUnknown;
+    result.message = "this libtorch (" + std::string(TORCH_VERSION) + ") has no operator " + ev.op +
+                     (ev.overload.empty() ? "" : "." + ev.overload);
+    return result;
+  }
+  const auto& schema = handle->schema();
+  const auto& args = schema.arguments();
+  try {
+    torch::jit::Stack stack;
+    std::optional<at::Tensor> default_state;
+    std::size_t arg = 0;
+    for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
+      const Value& v = ev.inputs[i];
+      if (v.kind == ValueKind::kGenerator && v.name == "<default_generator>") {
+        default_state = state_tensor(v, data[i]);
+        continue;
+      }
+      if (arg >= args.size())
+        throw CannotReplay{CannotReason::kUnsupportedValue,
+                           "the event has more arguments than the schema " + ev.schema};
+      const auto& type = args[arg].real_type();
+      ++arg;
+      if (v.kind == ValueKind::kTensor) {
+        stack.emplace_back(cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'"), settings));
+      } else if (v.kind == ValueKind::kGenerator) {
+        auto gen = at::detail::createCPUGenerator();
+        gen.set_state(state_tensor(v, data[i]));
+        stack.emplace_back(gen);
+      } else if (v.kind == ValueKind::kTensorList) {
+        const auto list_type = unwrap_optional(type)->cast<c10::ListType>();
+        const bool optional_elems = list_type && list_type->getElementType()->cast<c10::OptionalType>();
+        c10::List<std::optional<at::Tensor>> opt_list;
+        c10::List<at::Tensor> list;
+        for (int32_t k = 0; k < v.list_len; ++k) {
+          ++i;
+          if (i >= ev.inputs.size())
+            throw CannotReplay{CannotReason::kUnsupportedValue, "tensor list '" + v.name + "' is truncated"};
+          const Value& e = ev.inputs[i];
+          at::Tensor t;
+          if (e.kind == ValueKind::kTensor)
+            t = cast_input(make_tensor(e.tensor, data[i], "element of '" + v.name + "'"), settings);
+          if (optional_elems) {
+            opt_list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+          } else {
+            list.push_back(t);
+          }
+        }
+        if (optional_elems) stack.emplace_back(opt_list);
+        else stack.emplace_back(list);
+      } else {
+        stack.push_back(scalar_ivalue(v, type));
+      }
+    }
+    for (; arg < args.size(); ++arg) {
+      if (!args[arg].default_value())
+        throw CannotReplay{CannotReason::kUnsupportedValue,
+                           "argument '" + args[arg].name() + "' is neither recorded nor defaulted"};
+      stack.push_back(*args[arg].default_value());
+    }
+    SettingsScope scope(settings);
+    at::NoGradGuard no_grad;
+    if (default_state) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(*default_state);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      handle->callBoxed(stack);
+    } catch (const std::exception& e) {
+      result.reason = CannotReason::kOpFailed;
+      std::string what = e.what();
+      const auto nl = what.find('\n');
+      result.message = ev.op + " failed when replayed: " + (nl == std::string::npos ? what : what.substr(0, nl));
+      return result;
+    }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& iv : stack) add_output(iv, result.outputs, ev, settings.dtype.has_value());
+  } catch (const CannotReplay& c) {
+    result.reason = c.reason;
+    result.message = c.message;
+  } catch (const c10::Error& e) {
+    result.reason = CannotReason::kUnsupportedValue;
+    std::string what = e.what();
+    result.message = "rebuilding the arguments failed: " + what.substr(0, what.find('\n'));
+  }
+  return result;
+}
+
+}  // namespace opguard::replay::detail

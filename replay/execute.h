@@ -1,0 +1,55 @@
+#pragma once
+// The torch side of replay behind a torch-free interface: execute.cpp is the
+// one file of opguard_replay that includes the dispatcher (STYLE.md, build
+// speed). Everything else (finding events, reading tensors, comparing,
+// child processes, JSON) stays out of torch's headers.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "opguard/formats/recording.h"
+#include "opguard/replay/replay.h"
+
+namespace opguard::replay::detail {
+
+// The in-process knobs of one trial; unset means "leave as it is".
+struct Settings {
+  std::optional<int> threads;
+  std::optional<bool> mkldnn;
+  std::optional<bool> deterministic;
+  std::optional<bool> flush_denormal;
+  std::optional<std::string> matmul_precision;  // highest | high | medium
+  std::optional<DType> dtype;                   // cast floating inputs, cast outputs back
+};
+
+// One output value, flattened like the recorder flattens them (a tensor list
+// is a kTensorList header followed by its elements).
+struct OutValue {
+  formats::ValueKind kind = formats::ValueKind::kNone;
+  std::string text;  // non-tensors, formatted as the recorder formats them
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes, strides;
+  std::vector<uint8_t> bytes;  // tensors: row-major contiguous
+  bool bytes_valid = false;    // false: a dtype or device opguard cannot read back
+};
+
+struct ExecResult {
+  CannotReason reason = CannotReason::kNone;  // kNone: the op ran
+  std::string message;
+  std::vector<OutValue> outputs;
+  double seconds = 0.0;
+};
+
+// `data[i]` holds the full contents of ev.inputs[i] (row-major) or is null:
+// then the input is an uninitialised buffer (allocated, contents unspecified)
+// or not a tensor. The caller has checked that every tensor input with
+// observable bits has its data.
+ExecResult execute(const formats::Event& ev, const std::vector<const formats::TensorData*>& data,
+                   const Settings& settings);
+
+// at::get_cpu_capability() in lower case ("avx2"), as ATEN_CPU_CAPABILITY spells it.
+std::string process_cpu_capability();
+int process_threads();
+
+}  // namespace opguard::replay::detail

@@ -1,0 +1,520 @@
+// Finding events, reading their full tensors, deciding in-process vs child
+// trials, and comparing replayed outputs with recorded ones. No torch here:
+// execute.cpp runs the op.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "execute.h"
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "opguard/kernels/fingerprint.h"
+#include "replay_internal.h"
+
+extern char** environ;
+
+namespace opguard::replay {
+namespace {
+
+using formats::Event;
+using formats::StepReader;
+using formats::TensorData;
+using formats::Value;
+using formats::ValueKind;
+
+const formats::RankFiles& rank_files(const formats::RecordingLayout& layout, const std::string& dir, int rank) {
+  for (const auto& r : layout.ranks)
+    if (r.rank == rank) return r;
+  throw UsageError(fmt::format("{} has no rank {}: opguard ls lists its ranks", dir, rank));
+}
+
+uint64_t parse_id(const std::string& text) {
+  auto id = formats::parse_event_id(text);
+  if (!id)
+    throw UsageError(fmt::format("'{}' is not an event id: use a number such as 1234, or STREAM.SEQ such as 2.57", text));
+  return *id;
+}
+
+// An event and the step file it lives in (kept open for its tensors).
+struct Located {
+  std::shared_ptr<StepReader> reader;
+  const Event* event = nullptr;
+};
+
+Located locate(const std::string& dir, int rank, const std::string& event_text) {
+  const uint64_t id = parse_id(event_text);
+  const auto layout = formats::scan_recording(dir);
+  const auto& files = rank_files(layout, dir, rank);
+  for (const auto& [step, path] : files.steps) {
+    auto reader = std::make_shared<StepReader>(path);
+    for (const auto& ev : reader->events())
+      if (ev.id == id) return Located{reader, &ev};
+  }
+  throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls", dir, event_text, rank));
+}
+
+// Whether a tensor input's bits matter and are missing.
+bool needs_data(const formats::TensorMeta& m) {
+  if (m.flags & formats::kTensorUninitialized) return false;  // contents unobservable
+  if (m.numel() == 0) return false;
+  return (m.flags & formats::kTensorHasData) == 0;
+}
+
+bool replayable_inputs(const Event& ev) {
+  for (const auto& v : ev.inputs)
+    if (formats::carries_tensor(v.kind) && needs_data(v.tensor)) return false;
+  return true;
+}
+
+detail::Settings settings_of(const Config& c) {
+  detail::Settings s;
+  if (auto v = c.get("threads")) s.threads = std::stoi(*v);
+  if (auto v = c.get("mkldnn")) s.mkldnn = *v == "on";
+  if (auto v = c.get("deterministic")) s.deterministic = *v == "on";
+  if (auto v = c.get("flush_denormal")) s.flush_denormal = *v == "on";
+  if (auto v = c.get("float32_matmul_precision")) s.matmul_precision = *v;
+  if (auto v = c.get("dtype")) s.dtype = dtype_from_name(*v);
+  return s;
+}
+
+// The environment a config needs (NAME=VALUE), whether or not this process has it.
+std::vector<std::string> env_of(const Config& c) {
+  std::vector<std::string> env;
+  for (const auto& [k, v] : c.knobs) {
+    if (k == "cpu_capability") env.push_back("ATEN_CPU_CAPABILITY=" + v);
+    else if (k == "blas_threads") {
+      env.push_back("MKL_NUM_THREADS=" + v);
+      env.push_back("OPENBLAS_NUM_THREADS=" + v);
+    } else if (k.rfind("env:", 0) == 0) {
+      env.push_back(k.substr(4) + "=" + v);
+    }
+  }
+  return env;
+}
+
+// The process-wide parts of `c` that this process does not already have; empty
+// when the trial can run here.
+std::vector<std::string> missing_process_state(const Config& c) {
+  std::vector<std::string> missing;
+  for (const auto& kv : env_of(c)) {
+    const auto eq = kv.find('=');
+    const std::string name = kv.substr(0, eq), value = kv.substr(eq + 1);
+    if (name == "ATEN_CPU_CAPABILITY") {
+      if (detail::process_cpu_capability() != value) missing.push_back(kv);
+      continue;
+    }
+    const char* now = std::getenv(name.c_str());
+    if (now == nullptr || value != now) missing.push_back(kv);
+  }
+  return missing;
+}
+
+OutputResult compare_output(const Value& rec, const StepReader& reader, const detail::OutValue* got, int index) {
+  OutputResult o;
+  o.index = index;
+  o.name = rec.name;
+  o.kind = formats::value_kind_name(rec.kind);
+  if (got == nullptr) {
+    o.equal = false;
+    o.note = "the replay returned no value here";
+    return o;
+  }
+  if (formats::carries_tensor(rec.kind)) {
+    const auto& m = rec.tensor;
+    o.dtype = std::string(dtype_name(m.dtype));
+    o.sizes = m.sizes;
+    o.recorded_fingerprint = m.fingerprint;
+    if (got->kind != ValueKind::kTensor) {
+      o.equal = false;
+      o.note = fmt::format("the replay returned a {}, the recording a tensor", formats::value_kind_name(got->kind));
+      return o;
+    }
+    if (got->dtype != m.dtype || got->sizes != m.sizes) {
+      o.equal = false;
+      o.note = fmt::format("the replay returned {} {}, the recording {} {}", dtype_name(got->dtype),
+                           fmt::join(got->sizes, "x"), dtype_name(m.dtype), fmt::join(m.sizes, "x"));
+      return o;
+    }
+    if (!got->bytes_valid) {
+      o.compared = false;
+      o.note = "the replayed tensor cannot be read back (layout or device)";
+      return o;
+    }
+    o.replayed_fingerprint = kernels::fingerprint_contiguous(got->dtype, got->sizes.data(),
+                                                             static_cast<int>(got->sizes.size()), got->bytes.data(),
+                                                             got->bytes.size());
+    if (got->strides != m.strides && m.numel() > 1)
+      o.note = fmt::format("strides [{}] where the recording has [{}]", fmt::join(got->strides, ","),
+                           fmt::join(m.strides, ","));
+    if (!m.has_fingerprint()) {
+      o.compared = false;
+      o.note = (m.flags & formats::kTensorUninitialized) ? "an uninitialised buffer in the recording: no bits to compare"
+                                                          : "the recording holds no fingerprint for it";
+      return o;
+    }
+    o.equal = o.replayed_fingerprint == m.fingerprint;
+    if ((m.flags & formats::kTensorHasData) && m.data_index >= 0) {
+      const TensorData data = reader.read_tensor(m);
+      if (data.bytes.size() == got->bytes.size()) {
+        o.has_metrics = true;
+        o.metrics = kernels::compare_contiguous(m.dtype, data.bytes.data(), got->bytes.data(), m.numel());
+        o.equal = o.metrics.equal();
+      }
+    }
+    return o;
+  }
+  o.recorded_text = rec.text;
+  o.replayed_text = got->text;
+  if (rec.kind == ValueKind::kTensorList) {
+    o.equal = got->kind == ValueKind::kTensorList;
+  } else {
+    o.equal = got->kind == rec.kind && got->text == rec.text;
+    // The recorder writes an undefined tensor as None "undefined".
+    if (rec.kind == ValueKind::kNone && got->kind == ValueKind::kNone) o.equal = true;
+  }
+  if (!o.equal)
+    o.note = fmt::format("the replay returned {} {}", formats::value_kind_name(got->kind), got->text);
+  return o;
+}
+
+// Runs one event in this process and compares it with `expected` (the same
+// event, or --expect's event of another recording).
+ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& expected,
+                      const StepReader& expected_reader, const Config& config, int rank) {
+  ReplayResult r;
+  r.event = formats::event_id_string(ev.id);
+  r.rank = rank;
+  r.step = ev.step;
+  r.phase = formats::phase_name(ev.phase);
+  r.op = ev.op;
+  r.overload = ev.overload;
+  r.scope = ev.scope;
+  r.config = config.to_string();
+  for (const auto& v : ev.inputs) {
+    if (!formats::carries_tensor(v.kind)) continue;
+    if (v.tensor.flags & formats::kTensorNotFingerprinted) {
+      r.reason = CannotReason::kUnsupportedValue;
+      r.message = fmt::format("input '{}' is a {} tensor on {} that the recorder could not read", v.name,
+                              dtype_name(v.tensor.dtype), v.tensor.device);
+      return r;
+    }
+    if (needs_data(v.tensor)) {
+      r.reason = CannotReason::kInputsNotRecorded;
+      r.message = fmt::format("input '{}' of event {} has only a fingerprint: the recording holds no full tensor",
+                              v.name.empty() ? "?" : v.name, r.event);
+      return r;
+    }
+  }
+  std::vector<TensorData> storage(ev.inputs.size());
+  std::vector<const TensorData*> data(ev.inputs.size(), nullptr);
+  for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
+    const auto& v = ev.inputs[i];
+    if (!formats::carries_tensor(v.kind) || !(v.tensor.flags & formats::kTensorHasData)) continue;
+    storage[i] = reader.read_tensor(v.tensor);
+    r.input_bytes += storage[i].bytes.size();
+    data[i] = &storage[i];
+  }
+  auto exec = detail::execute(ev, data, settings_of(config));
+  r.seconds = exec.seconds;
+  if (exec.reason != CannotReason::kNone) {
+    r.reason = exec.reason;
+    r.message = exec.message;
+    return r;
+  }
+  const auto& want = expected.outputs;
+  if (want.empty() && exec.outputs.empty()) {
+    r.reason = CannotReason::kNothingToCompare;
+    r.message = ev.op + " returns nothing and the recording holds no outputs to compare";
+    return r;
+  }
+  bool all_equal = true;
+  int compared = 0;
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    auto o = compare_output(want[k], expected_reader, k < exec.outputs.size() ? &exec.outputs[k] : nullptr,
+                            static_cast<int>(k));
+    all_equal = all_equal && o.equal;
+    compared += o.compared ? 1 : 0;
+    r.outputs.push_back(std::move(o));
+  }
+  if (exec.outputs.size() != want.size()) {
+    all_equal = false;
+    r.message = fmt::format("the replay returned {} values, the recording holds {}", exec.outputs.size(), want.size());
+  }
+  r.verdict = all_equal ? Verdict::kReproduces : Verdict::kDiffers;
+  if (r.message.empty()) {
+    for (const auto& o : r.outputs) {
+      if (o.equal) continue;
+      r.message = fmt::format("output {}{} differs", o.index, o.name.empty() ? "" : " (" + o.name + ")");
+      if (o.has_metrics)
+        r.message += fmt::format(": {} of {} elements, max {} ULP", o.metrics.differing, o.metrics.numel,
+                                 o.metrics.max_ulp == kernels::kUlpInfinite ? std::string("inf")
+                                                                            : std::to_string(o.metrics.max_ulp));
+      else if (!o.note.empty())
+        r.message += ": " + o.note;
+      break;
+    }
+  }
+  // A replay that differs where an uninitialised input's storage comes back as
+  // a fingerprinted output: the bits the op saw there were written where the
+  // recorder could not see them, so the difference says nothing about the op.
+  for (const auto& in : ev.inputs) {
+    if (r.verdict != Verdict::kDiffers) break;
+    if (in.kind != ValueKind::kTensor || !(in.tensor.flags & formats::kTensorUninitialized)) continue;
+    for (const auto& out : ev.outputs) {
+      if (out.kind != ValueKind::kTensor || !out.tensor.has_fingerprint()) continue;
+      if (out.tensor.storage_id == 0 || out.tensor.storage_id != in.tensor.storage_id) continue;
+      r.verdict = Verdict::kCannotReplay;
+      r.reason = CannotReason::kWrittenOutside;
+      r.message = fmt::format("input '{}' was recorded as an uninitialised buffer, yet {} returns bits from it: "
+                              "they were written outside the dispatcher (torch.tensor from a list, numpy, a custom "
+                              "kernel), so no recording holds them", in.name, ev.op);
+      return r;
+    }
+  }
+  if (r.verdict == Verdict::kReproduces && compared == 0 && !r.outputs.empty())
+    r.message = "outputs are uninitialised buffers: only their dtype and sizes were compared";
+  return r;
+}
+
+Config effective_config(const std::string& dir, const ReplayOptions& o) {
+  return o.from_recorded ? recorded_config(dir, o.rank).overlaid(o.config) : o.config;
+}
+
+// Runs a request in this process. In a child, the parent has set the
+// environment; a process-wide knob that still did not take is an error.
+detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
+  const Config config = Config::parse(req.config);
+  if (in_child) {
+    auto missing = missing_process_state(config);
+    if (!missing.empty())
+      throw UsageError(fmt::format("the child trial could not apply {} (this libtorch ignored it)", missing.front()));
+  }
+  detail::Outcome out;
+  std::shared_ptr<StepReader> expect_reader;
+  const Event* expect_event = nullptr;
+  Located expect_loc;
+  if (!req.expect_dir.empty()) {
+    expect_loc = locate(req.expect_dir, req.expect_rank, req.expect_event);
+    expect_reader = expect_loc.reader;
+    expect_event = expect_loc.event;
+  }
+  auto mark_child = [&](ReplayResult& r) { r.child_process = in_child; };
+  if (req.mode == detail::Request::Mode::kEvent) {
+    auto loc = locate(req.dir, req.rank, req.event);
+    if (expect_event != nullptr && (expect_event->op != loc.event->op || expect_event->overload != loc.event->overload))
+      throw UsageError(fmt::format("event {} of {} is {}, not {} like event {}: --expect needs the same operator",
+                                   req.expect_event, req.expect_dir, expect_event->op, loc.event->op, req.event));
+    auto r = run_here(*loc.event, *loc.reader, expect_event ? *expect_event : *loc.event,
+                      expect_reader ? *expect_reader : *loc.reader, config, req.rank);
+    mark_child(r);
+    out.results.push_back(std::move(r));
+    return out;
+  }
+  const auto layout = formats::scan_recording(req.dir);
+  const auto& files = rank_files(layout, req.dir, req.rank);
+  if (req.mode == detail::Request::Mode::kAll) {
+    for (const auto& [step, path] : files.steps) {
+      StepReader reader(path);
+      for (const auto& ev : reader.events()) {
+        if (!replayable_inputs(ev)) {
+          ++out.skipped;
+          continue;
+        }
+        auto r = run_here(ev, reader, ev, reader, config, req.rank);
+        mark_child(r);
+        out.results.push_back(std::move(r));
+      }
+    }
+    return out;
+  }
+  // Window: the first event and the next ones of its stream, in order.
+  const uint64_t first = parse_id(req.event);
+  const uint32_t stream = static_cast<uint32_t>(first >> 48);
+  bool started = false;
+  for (const auto& [step, path] : files.steps) {
+    StepReader reader(path);
+    for (const auto& ev : reader.events()) {
+      if (ev.stream != stream) continue;
+      if (!started && ev.id != first) continue;
+      started = true;
+      auto r = run_here(ev, reader, ev, reader, config, req.rank);
+      mark_child(r);
+      const bool stop = r.verdict == Verdict::kDiffers;
+      out.results.push_back(std::move(r));
+      if (stop || static_cast<int64_t>(out.results.size()) >= req.window) return out;
+    }
+  }
+  if (!started)
+    throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls", req.dir, req.event,
+                                 req.rank));
+  return out;
+}
+
+detail::Outcome run_request(const detail::Request& req, const ReplayOptions& o) {
+  const Config config = Config::parse(req.config);
+  const auto missing = missing_process_state(config);
+  if (missing.empty()) return run_request_here(req, false);
+  if (o.self_exe.empty())
+    throw UsageError(fmt::format("{} needs a child process, and no opguard executable was given to start one",
+                                 missing.front()));
+  int status = 0;
+  const std::string out = detail::run_child({o.self_exe, "replay", "--child-trial", detail::request_to_json(req)},
+                                            env_of(config), &status);
+  if (status != 0) {
+    if (status == 2 && out.empty())
+      throw UsageError(fmt::format("the child trial under {} refused the request (see its message above)",
+                                   fmt::join(missing, " ")));
+    // A crash of the op under this config is a trial outcome, not a crash of ours.
+    detail::Outcome failed;
+    ReplayResult r;
+    r.event = req.event;
+    r.rank = req.rank;
+    r.config = req.config;
+    r.child_process = true;
+    r.reason = CannotReason::kChildFailed;
+    r.message = fmt::format("the child trial under {} exited with status {}", fmt::join(missing, " "), status);
+    failed.results.push_back(std::move(r));
+    return failed;
+  }
+  return detail::outcome_from_json(out);
+}
+
+detail::Request base_request(const std::string& dir, const ReplayOptions& o) {
+  detail::Request req;
+  req.dir = dir;
+  req.rank = o.rank;
+  req.config = effective_config(dir, o).to_string();
+  req.expect_dir = o.expect_dir;
+  req.expect_event = o.expect_event;
+  req.expect_rank = o.expect_rank;
+  return req;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+ReplayResult replay_event(const std::string& recording_dir, const std::string& event_id, const ReplayOptions& options) {
+  auto req = base_request(recording_dir, options);
+  req.mode = detail::Request::Mode::kEvent;
+  req.event = event_id;
+  if (!options.expect_dir.empty() && options.expect_event.empty()) req.expect_event = event_id;
+  locate(recording_dir, options.rank, event_id);  // an unknown event is a usage error in the parent
+  auto out = run_request(req, options);
+  OPGUARD_CHECK(out.results.size() == 1);
+  return out.results.front();
+}
+
+std::vector<ReplayResult> replay_all(const std::string& recording_dir, const ReplayOptions& options, int64_t* skipped) {
+  auto req = base_request(recording_dir, options);
+  req.mode = detail::Request::Mode::kAll;
+  auto out = run_request(req, options);
+  if (skipped) *skipped = out.skipped;
+  return out.results;
+}
+
+std::vector<ReplayResult> replay_window(const std::string& recording_dir, const std::string& first_event, int64_t n,
+                                        const ReplayOptions& options) {
+  if (n < 1) throw UsageError("--window takes a positive number of events");
+  auto req = base_request(recording_dir, options);
+  req.mode = detail::Request::Mode::kWindow;
+  req.event = first_event;
+  req.window = n;
+  return run_request(req, options).results;
+}
+
+std::string rerecord_command(const std::string& recording_dir, int rank, const std::string& event_id,
+                             const std::string& opguard_command) {
+  const auto layout = formats::scan_recording(recording_dir);
+  const auto m = formats::read_manifest(rank_files(layout, recording_dir, rank).manifest_path);
+  auto cmd = m.info.find("record_command");
+  if (cmd == m.info.end() || cmd->second.empty()) return "";
+  std::string text;
+  auto cwd = m.info.find("cwd");
+  if (cwd != m.info.end() && !cwd->second.empty()) text += "cd " + shell_quote(cwd->second) + " && ";
+  std::string env;
+  for (const auto& [k, v] : m.env) env += " " + shell_quote(k + "=" + v);
+  if (!env.empty()) text += "env" + env + " ";
+  std::string out = recording_dir;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  out += "-around-" + event_id;
+  text += fmt::format("{} record --out {} --dump-around {}:16 -- {}", opguard_command, shell_quote(out), event_id,
+                      cmd->second);
+  return text;
+}
+
+int child_trial_main(const std::string& request_json) {
+  const auto req = detail::request_from_json(request_json);
+  const auto out = run_request_here(req, true);
+  const std::string text = detail::outcome_to_json(out);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+namespace detail {
+
+std::string run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
+                      int* exit_status) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool overridden = false;
+    for (const auto& o : env_overrides) overridden = overridden || o.substr(0, o.find('=')) == name;
+    if (!overridden) env.push_back(kv);
+  }
+  for (const auto& o : env_overrides) env.push_back(o);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw LaunchError(std::string("pipe for a child trial: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    throw LaunchError(fmt::format("cannot start the child trial {}: {}", argv[0], std::strerror(rc)));
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(pipe_fds[0], buf, sizeof(buf));
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || errno != EINTR) break;
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  *exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace opguard::replay

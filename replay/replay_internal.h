@@ -1,0 +1,47 @@
+#pragma once
+// Shared between the torch-free files of opguard_replay.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "opguard/replay/replay.h"
+
+namespace opguard::replay::detail {
+
+// Environment variables from a recording's manifest that become env: knobs of
+// its recorded config: they change BLAS numerics and are read once per process.
+inline constexpr const char* kRecordedEnv[] = {"MKL_CBWR", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                               "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA"};
+
+// What a child trial is asked to do: the effective config (already overlaid on
+// the recorded one) and which events.
+struct Request {
+  enum class Mode { kEvent, kAll, kWindow };
+  Mode mode = Mode::kEvent;
+  std::string dir;
+  int rank = 0;
+  std::string config;  // Config::to_string() of the effective config
+  std::string event;   // kEvent, kWindow: the (first) event
+  int64_t window = 0;  // kWindow: how many events
+  std::string expect_dir, expect_event;
+  int expect_rank = 0;
+};
+
+struct Outcome {
+  std::vector<ReplayResult> results;
+  int64_t skipped = 0;
+};
+
+std::string request_to_json(const Request& r);
+Request request_from_json(const std::string& json);
+std::string outcome_to_json(const Outcome& o);
+Outcome outcome_from_json(const std::string& json);
+
+// Runs `argv` with `env_overrides` (NAME=VALUE) added to this process's
+// environment; returns what it printed on stdout. Sets *exit_status to its exit
+// status (128+N for signal N). Throws LaunchError if it cannot start.
+std::string run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
+                      int* exit_status);
+
+}  // namespace opguard::replay::detail
