@@ -54,7 +54,11 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     # Small enough that a run's dumps (about 220 MiB) fit in the page cache:
     # larger runs measure the disk's writeback, whoever comes second paying.
-    p.add_argument("--size", default="--width 64 --depth 2 --seq 32 --batch 8")
+    # One intra-op thread leaves a core to the writer thread: with as many
+    # threads as cores, OpenMP's spin-waiting workers take it (56% of the
+    # samples of a --threads 2 run on 2 cores were in libgomp; dumps then cost
+    # 3.5 s instead of 0.5 s).
+    p.add_argument("--size", default="--width 64 --depth 2 --seq 32 --batch 8 --threads 1")
     p.add_argument("--scratch", default=tempfile.gettempdir(), help="where recordings are written (same disk for all)")
     a = p.parse_args()
     opguard = os.path.join(a.build, "bin", "opguard")
