@@ -36,17 +36,33 @@ target_include_directories(opguard_torch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DI
 target_link_libraries(opguard_torch_cpu INTERFACE ${OPGUARD_TORCH_CPU} ${OPGUARD_C10})
 target_compile_options(opguard_torch_cpu INTERFACE -D_GLIBCXX_USE_CXX11_ABI=1)
 
-if(OPGUARD_CUDA)
-  include(CheckLanguage)
+# OPGUARD_CUDA: ON (fail without nvcc), OFF, or AUTO (build the CUDA kernels
+# where nvcc is found; the CPU build works without it). The resolved choice is
+# OPGUARD_CUDA_ENABLED.
+include(CheckLanguage)
+set(OPGUARD_CUDA_ENABLED OFF)
+if(OPGUARD_CUDA STREQUAL "AUTO" OR OPGUARD_CUDA)
   check_language(CUDA)
-  if(NOT CMAKE_CUDA_COMPILER)
+  if(CMAKE_CUDA_COMPILER)
+    set(OPGUARD_CUDA_ENABLED ON)
+  elseif(OPGUARD_CUDA STREQUAL "AUTO")
+    message(STATUS "opguard: CUDA kernels off (OPGUARD_CUDA=AUTO and nvcc was not found)")
+  else()
     message(FATAL_ERROR "OPGUARD_CUDA=ON but nvcc was not found: install the CUDA toolkit or set CUDAToolkit_ROOT")
   endif()
+endif()
+if(OPGUARD_CUDA_ENABLED)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  if(NOT CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  # torch links the shared cudart (libcudart.so.13); link the same way so one
+  # process holds one CUDA runtime.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  if(NOT OPGUARD_CUDA_ARCHITECTURES)
+    set(OPGUARD_CUDA_ARCHITECTURES 90)  # H200; pass e.g. "80;90" for more
   endif()
+  message(STATUS "opguard: CUDA kernels on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm ${OPGUARD_CUDA_ARCHITECTURES})")
+  # NCCL: the toolkit here ships nccl.h and libnccl.so.
+  find_path(OPGUARD_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_ROOT}/include)
+  find_library(OPGUARD_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}/lib ${CUDAToolkit_ROOT}/lib64)
 endif()
-
 find_program(OPGUARD_PYTHON NAMES python3 python)

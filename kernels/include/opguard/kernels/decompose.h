@@ -1,0 +1,68 @@
+#pragma once
+// Parallel decompositions emulated on one device (docs/KERNELS.md). A
+// tensor-parallel matmul splits its reduction dimension K into P shards, each
+// rank computes a partial product, and an all-reduce sums the partials; a
+// data-parallel (or accumulated) gradient sums per-micro-batch gradients.
+// The bits depend on the order of those sums, which is what these functions
+// fix. Replay exposes them as knobs tp=P, reduce=sequential|ring|tree,
+// microbatches=M.
+//
+// Orders, for partials p_0 .. p_{P-1} (every add rounds to the dtype):
+//   sequential  ((p_0 + p_1) + p_2) + ... + p_{P-1}          (gradient accumulation)
+//   tree        pairwise by rank: (p_0 + p_1) + (p_2 + p_3), and so on up; an
+//               odd one out at a level moves up unchanged
+//   ring        ring reduce-scatter: the elements are cut into P segments
+//               (torch.tensor_split sizes: the first numel % P are one longer);
+//               segment s is summed ((p_a + p_{a+1}) + p_{a+2}) + ... over ranks
+//               a = (s + ring_start) mod P onwards, wrapping round. Gloo's CPU
+//               ring was measured to use ring_start = 1 (docs/KERNELS.md);
+//               NCCL's rings are modelled, not validated.
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "opguard/core/dtype.h"
+
+namespace opguard::kernels {
+
+enum class ReduceOrder : uint8_t { kSequential, kRing, kTree };
+
+std::string_view reduce_order_name(ReduceOrder order);
+std::optional<ReduceOrder> reduce_order_from_name(std::string_view name);
+
+struct ReduceSpec {
+  ReduceOrder order = ReduceOrder::kSequential;
+  int ring_start = 1;  // ring only: see above
+};
+
+// Sums `ranks` buffers of `numel` elements of `dtype` (float32, float64 or
+// bfloat16; bfloat16 adds in float and rounds to nearest even after every add,
+// as c10::BFloat16 does) into `out`, in the order of `spec`. `out` may alias
+// a partial. Throws opguard::UsageError for another dtype or ranks < 1.
+void reduce_partials(DType dtype, const void* const* partials, int ranks, int64_t numel, const ReduceSpec& spec,
+                     void* out);
+
+// The shard of a dimension of length `n` split `parts` ways that part `i`
+// gets, as torch.tensor_split cuts it: [begin, end).
+struct Shard {
+  int64_t begin = 0, end = 0;
+};
+Shard shard_of(int64_t n, int parts, int i);
+
+// C[m][n] = sum_k A[m][k] B[k][n] (row-major float32) with K split into
+// `ranks` shards: each partial is a plain k-ascending dot product over its
+// shard, then reduce_partials. A torch-free model of a tensor-parallel
+// row-parallel linear; replay computes the partials with the real operator.
+void split_matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, int ranks, const ReduceSpec& spec,
+                  float* c);
+
+// The weight gradient of y = x W^T over a batch of `batch` rows,
+// dW[o][i] = sum_r dy[r][o] x[r][i], with the batch split into `microbatches`
+// micro-batches: each micro-batch's gradient is a row-ascending sum, and the
+// micro-batch gradients are summed in the order of `spec` (sequential for
+// gradient accumulation, ring or tree for a data-parallel all-reduce).
+void split_batch_weight_grad(const float* x, const float* dy, int64_t batch, int64_t in, int64_t out,
+                             int microbatches, const ReduceSpec& spec, float* dw);
+
+}  // namespace opguard::kernels
