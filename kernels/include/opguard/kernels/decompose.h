@@ -14,9 +14,9 @@
 //   ring        ring reduce-scatter: the elements are cut into P segments
 //               (torch.tensor_split sizes: the first numel % P are one longer);
 //               segment s is summed ((p_a + p_{a+1}) + p_{a+2}) + ... over ranks
-//               a = (s + ring_start) mod P onwards, wrapping round. Gloo's CPU
-//               ring was measured to use ring_start = 1 (docs/KERNELS.md);
-//               NCCL's rings are modelled, not validated.
+//               a = (s + ring_start) mod P onwards, wrapping round. NOT yet
+//               validated against Gloo or NCCL: ring_start and the segment
+//               cut are a model of a textbook ring reduce-scatter.
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +33,7 @@ std::optional<ReduceOrder> reduce_order_from_name(std::string_view name);
 
 struct ReduceSpec {
   ReduceOrder order = ReduceOrder::kSequential;
-  int ring_start = 1;  // ring only: see above
+  int ring_start = 1;  // ring only: see above (unvalidated default)
 };
 
 // Sums `ranks` buffers of `numel` elements of `dtype` (float32, float64 or
