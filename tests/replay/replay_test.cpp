@@ -1,0 +1,315 @@
+// Replay on recordings of real programs: both examples (one step recorded in
+// full must replay bitwise, every exception explained), knob_ops.py (a knob of
+// PLATFORM.md's table changes the op it names and leaves the others equal),
+// config strings, and the replay / configs verbs with their exit codes.
+// No torch headers here (the library hides them), so doctest's CHECK is safe;
+// REQUIRE is used anyway where the test cannot go on.
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "../support/process.h"
+#include "opguard/core/error.h"
+#include "opguard/replay/replay.h"
+
+using opguard::testing::Result;
+using opguard::testing::run;
+using opguard::testing::TempDir;
+namespace replay = opguard::replay;
+
+namespace {
+
+const std::string kOpguard = OPGUARD_BIN;
+const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
+const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
+const std::string kKnobOps = OPGUARD_KNOB_OPS_PY;
+const std::string kPython = OPGUARD_PYTHON_BIN;
+
+// Only the ops knob_ops.py wants compared keep full tensors: its 16M-float
+// input would otherwise be dumped by every op that makes it.
+const std::string kKnobDumpOps = "aten::(sum|softmax|exp|mm|randn|dropout)";
+
+void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& flags,
+            const std::vector<std::string>& program, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back("--");
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  Result r = run(cmd, tmp.path().string(), env);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+// Recordings shared by several test cases, made once per test binary run.
+struct Recordings {
+  TempDir tmp;
+  std::string cpp, py, knobs, knobs_default;
+  Recordings() {
+    cpp = tmp / "cpp";
+    record(tmp, cpp, {"--dump-steps", "1"}, {kTinyGpt, "--steps", "2"});
+    py = tmp / "py";
+    record(tmp, py, {"--dump-steps", "1"}, {kPython, kTinyGptPy, "--steps", "2"});
+    knobs = tmp / "knobs";
+    record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
+    knobs_default = tmp / "knobs_default";
+    record(tmp, knobs_default, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps}, {"ATEN_CPU_CAPABILITY=default"});
+  }
+};
+
+Recordings& recordings() {
+  static Recordings r;
+  return r;
+}
+
+replay::ReplayOptions options(const std::string& config = "") {
+  replay::ReplayOptions o;
+  o.config = replay::Config::parse(config);
+  o.self_exe = kOpguard;
+  return o;
+}
+
+// The replayable events of knob_ops.py by op name (each op occurs once there).
+std::map<std::string, replay::ReplayResult> by_op(const std::vector<replay::ReplayResult>& results) {
+  std::map<std::string, replay::ReplayResult> m;
+  for (const auto& r : results) m[r.op + (r.overload.empty() ? "" : "." + r.overload)] = r;
+  return m;
+}
+
+std::string event_of(const std::string& dir, const std::string& op) {
+  auto all = by_op(replay::replay_all(dir, options()));
+  REQUIRE(all.count(op) == 1);
+  return all.at(op).event;
+}
+
+}  // namespace
+
+TEST_CASE("every operator of one fully recorded step of the C++ example replays bitwise: forward, backward, optimizer") {
+  int64_t skipped = 0;
+  const auto results = replay::replay_all(recordings().cpp, options(), &skipped);
+  std::set<std::string> phases;
+  int64_t in_step1 = 0;
+  for (const auto& r : results) {
+    INFO(r.event << " " << r.op << ": " << r.message);
+    CHECK(r.verdict == replay::Verdict::kReproduces);
+    if (r.step == 1) {
+      phases.insert(r.phase);
+      ++in_step1;
+    }
+  }
+  CHECK(phases == std::set<std::string>{"forward", "backward", "optimizer"});
+  // Step 1 is dumped in full: every one of its events has its inputs.
+  CHECK(in_step1 > 500);
+  CHECK(skipped > 0);  // step 0 holds only fingerprints
+}
+
+TEST_CASE("every operator of one fully recorded step of the Python example replays bitwise, except detach_ of "
+          "buffers that torch.tensor filled outside the dispatcher") {
+  const auto results = replay::replay_all(recordings().py, options());
+  std::set<std::string> phases;
+  int64_t reproduces = 0, explained = 0;
+  for (const auto& r : results) {
+    INFO(r.event << " " << r.op << ": " << r.message);
+    if (r.step == 1) phases.insert(r.phase);
+    if (r.verdict == replay::Verdict::kReproduces) {
+      ++reproduces;
+      continue;
+    }
+    // torch.tensor(list) copies the data into an empty buffer with memcpy, not
+    // through an operator: the recorder sees an uninitialised input, and
+    // aten::detach_ returns bits no recording holds. Nothing else may fail.
+    CHECK(r.verdict == replay::Verdict::kCannotReplay);
+    CHECK(r.reason == replay::CannotReason::kWrittenOutside);
+    CHECK(r.op == "aten::detach_");
+    ++explained;
+  }
+  CHECK(phases == std::set<std::string>{"forward", "backward", "optimizer"});
+  CHECK(reproduces > 500);
+  CHECK(explained <= 4);  // the token batch and the targets, in each of the two steps
+}
+
+TEST_CASE("cpu_capability=default, run in a child process, changes the bits of softmax and leaves mm, exp and the "
+          "sums equal") {
+  const auto results = by_op(replay::replay_all(recordings().knobs, options("cpu_capability=default")));
+  REQUIRE(results.count("aten::softmax.int") == 1);
+  const auto& softmax = results.at("aten::softmax.int");
+  CHECK(softmax.child_process);
+  CHECK(softmax.verdict == replay::Verdict::kDiffers);
+  REQUIRE(softmax.outputs.size() == 1);
+  REQUIRE(softmax.outputs[0].has_metrics);
+  CHECK(softmax.outputs[0].metrics.differing > 0);
+  // A few ULP: another vectorised exp inside softmax, not another algorithm.
+  CHECK(softmax.outputs[0].metrics.max_ulp < 64);
+  for (const char* op : {"aten::mm", "aten::exp", "aten::sum", "aten::sum.dim_IntList"}) {
+    INFO(op);
+    REQUIRE(results.count(op) == 1);
+    CHECK(results.at(op).verdict == replay::Verdict::kReproduces);
+  }
+  // The recorded capability (avx2 or avx512 here) reproduces softmax.
+  const auto same = replay::replay_event(recordings().knobs, softmax.event, options());
+  CHECK(same.verdict == replay::Verdict::kReproduces);
+}
+
+TEST_CASE("threads=1 changes the bits of a full sum of 16M floats recorded with 2 threads and leaves the row sum, "
+          "softmax and mm equal") {
+  const auto results = by_op(replay::replay_all(recordings().knobs, options("threads=1")));
+  REQUIRE(results.count("aten::sum") == 1);
+  CHECK(results.at("aten::sum").verdict == replay::Verdict::kDiffers);
+  CHECK_FALSE(results.at("aten::sum").child_process);
+  for (const char* op : {"aten::sum.dim_IntList", "aten::softmax.int", "aten::mm"}) {
+    INFO(op);
+    REQUIRE(results.count(op) == 1);
+    CHECK(results.at(op).verdict == replay::Verdict::kReproduces);
+  }
+  // The recorded 2 threads reproduce it; the trial left this process's threads alone.
+  const auto two = replay::replay_event(recordings().knobs, results.at("aten::sum").event, options("threads=2"));
+  CHECK(two.verdict == replay::Verdict::kReproduces);
+}
+
+TEST_CASE("the reference's softmax replayed under the suspect's cpu_capability gives the suspect's recorded bits") {
+  const std::string ref = recordings().knobs, sus = recordings().knobs_default;
+  const std::string id = event_of(ref, "aten::softmax.int");
+  auto o = options();
+  o.expect_dir = sus;
+  o.expect_event = id;  // same program, same event ids
+  const auto as_recorded = replay::replay_event(ref, id, o);
+  CHECK(as_recorded.verdict == replay::Verdict::kDiffers);  // the two runs differ there
+  o.config = replay::Config::parse("cpu_capability=default");
+  const auto explained = replay::replay_event(ref, id, o);
+  INFO(explained.message);
+  CHECK(explained.verdict == replay::Verdict::kReproduces);  // the knob explains the divergence
+}
+
+TEST_CASE("random ops replay from the recorded generator state, every time") {
+  const auto results = by_op(replay::replay_all(recordings().knobs, options()));
+  for (const char* op : {"aten::randn", "aten::dropout"}) {
+    INFO(op);
+    REQUIRE(results.count(op) == 1);
+    CHECK(results.at(op).verdict == replay::Verdict::kReproduces);
+    // Again: the default generator has moved on since, and is restored.
+    CHECK(replay::replay_event(recordings().knobs, results.at(op).event, options()).verdict ==
+          replay::Verdict::kReproduces);
+  }
+}
+
+TEST_CASE("dtype=bf16 runs mm in bfloat16 and returns float32 that differs; dtype=fp32 on float32 inputs reproduces") {
+  const std::string id = event_of(recordings().knobs, "aten::mm");
+  const auto bf16 = replay::replay_event(recordings().knobs, id, options("dtype=bf16"));
+  CHECK(bf16.verdict == replay::Verdict::kDiffers);
+  REQUIRE(bf16.outputs.size() == 1);
+  CHECK(bf16.outputs[0].dtype == "float32");
+  CHECK(bf16.outputs[0].has_metrics);
+  const auto fp32 = replay::replay_event(recordings().knobs, id, options("dtype=fp32"));
+  CHECK(fp32.verdict == replay::Verdict::kReproduces);
+}
+
+TEST_CASE("config strings: canonical values, later settings win, one clear error for an unknown knob, a bad value "
+          "and a knob this build cannot apply") {
+  const auto c = replay::Config::parse("threads=2,mkldnn=0,dtype=bf16,threads=1,env:MKL_CBWR=COMPATIBLE");
+  CHECK(c.to_string() == "threads=1,mkldnn=off,dtype=bfloat16,env:MKL_CBWR=COMPATIBLE");
+  CHECK(c.get("env:MKL_CBWR") == std::optional<std::string>("COMPATIBLE"));
+  CHECK(replay::Config::parse("").empty());
+  const auto over = replay::Config::parse("threads=2,mkldnn=on").overlaid(replay::Config::parse("threads=4"));
+  CHECK(over.to_string() == "threads=4,mkldnn=on");
+  CHECK_THROWS_AS(replay::Config::parse("warp_speed=9"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("threads=0"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("threads"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("dtype=int8"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("cpu_capability=sse9"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("device=cuda:0"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("tf32_cublas=on"), opguard::UsageError);
+  try {
+    replay::Config::parse("device=cuda:0");
+  } catch (const opguard::UsageError& e) {
+    CHECK(std::string(e.what()).find("OPGUARD_CUDA") != std::string::npos);
+  }
+}
+
+TEST_CASE("the recorded config comes from the manifest: threads, cpu capability, oneDNN, determinism") {
+  const auto c = replay::recorded_config(recordings().knobs, 0);
+  CHECK(c.get("threads") == std::optional<std::string>("2"));
+  REQUIRE(c.get("cpu_capability").has_value());
+  CHECK(c.get("mkldnn") == std::optional<std::string>("on"));
+  CHECK(c.get("deterministic") == std::optional<std::string>("off"));
+  CHECK(replay::recorded_config(recordings().knobs_default, 0).get("cpu_capability") ==
+        std::optional<std::string>("default"));
+  CHECK_THROWS_AS(replay::recorded_config(recordings().knobs, 7), opguard::UsageError);
+}
+
+TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "
+          "when inputs are only fingerprints, 2 for an unknown event or knob") {
+  TempDir scratch;
+  const std::string dir = recordings().knobs;
+  const std::string sum = event_of(dir, "aten::sum");
+  Result ok = run({kOpguard, "replay", dir, "--event", sum}, scratch.path().string());
+  INFO(ok.out << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out.find("verdict  reproduces") != std::string::npos);
+
+  Result differs = run({kOpguard, "replay", dir, "--event", sum, "--config", "threads=1", "--json"},
+                       scratch.path().string());
+  INFO(differs.out << differs.err);
+  CHECK(differs.exit_code == 3);
+  const auto j = nlohmann::json::parse(differs.out);
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["verdict"] == "differs");
+  CHECK(j[0]["outputs"][0]["metrics"]["differing"] == 1);
+
+  // Event 0 of the C++ example's step 0 is fingerprints only.
+  Result missing = run({kOpguard, "replay", recordings().cpp, "--event", "300"}, scratch.path().string());
+  INFO(missing.out << missing.err);
+  CHECK(missing.exit_code == 65);
+  CHECK(missing.out.find("inputs-not-recorded") != std::string::npos);
+  CHECK(missing.err.find("--dump-around 300:16") != std::string::npos);
+  CHECK(missing.err.find("tiny_gpt --steps 2") != std::string::npos);
+
+  CHECK(run({kOpguard, "replay", dir, "--event", "999999"}, scratch.path().string()).exit_code == 2);
+  CHECK(run({kOpguard, "replay", dir, "--event", "x.y"}, scratch.path().string()).exit_code == 2);
+  CHECK(run({kOpguard, "replay", dir, "--event", sum, "--config", "bogus=1"}, scratch.path().string()).exit_code == 2);
+  CHECK(run({kOpguard, "replay", scratch / "nothing", "--event", "1"}, scratch.path().string()).exit_code == 65);
+}
+
+TEST_CASE("opguard replay --all reports the fraction that reproduces, and --window stops at the first event that "
+          "differs") {
+  TempDir scratch;
+  Result all = run({kOpguard, "replay", recordings().cpp, "--all"}, scratch.path().string());
+  INFO(all.out << all.err);
+  CHECK(all.exit_code == 0);
+  CHECK(all.out.find("reproduce bitwise (100.0%)") != std::string::npos);
+
+  const std::string dir = recordings().knobs;
+  const std::string exp = event_of(dir, "aten::exp");
+  Result window = run({kOpguard, "replay", dir, "--event", exp, "--window", "50", "--config", "cpu_capability=default",
+                       "--json"}, scratch.path().string());
+  INFO(window.out << window.err);
+  CHECK(window.exit_code == 3);
+  const auto j = nlohmann::json::parse(window.out);
+  REQUIRE(j["results"].size() >= 2);
+  CHECK(j["results"].back()["op"] == "aten::softmax");
+  CHECK(j["results"].back()["verdict"] == "differs");
+  CHECK(j["results"][0]["verdict"] == "reproduces");
+}
+
+TEST_CASE("opguard configs lists every knob with its values, what it changes and whether this build applies it") {
+  TempDir scratch;
+  Result r = run({kOpguard, "configs", "--json"}, scratch.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  std::map<std::string, nlohmann::json> knobs;
+  for (const auto& k : j) knobs[k["name"]] = k;
+  for (const char* name : {"device", "threads", "cpu_capability", "mkldnn", "deterministic", "dtype", "blas_threads",
+                           "env:NAME", "tf32_cublas", "cudnn_benchmark", "sdpa_backend"}) {
+    INFO(name);
+    REQUIRE(knobs.count(name) == 1);
+    CHECK_FALSE(knobs[name]["changes"].get<std::string>().empty());
+  }
+  CHECK(knobs["cpu_capability"]["process_wide"] == true);
+  CHECK(knobs["threads"]["process_wide"] == false);
+  CHECK(knobs["tf32_cublas"]["available"] == false);
+  CHECK(knobs["threads"]["available"] == true);
+}
