@@ -148,6 +148,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
   for (const auto& r : layout.ranks)
     if (r.rank == rank) files = &r;
   if (files == nullptr) throw UsageError(fmt::format("{} has no rank {}", dir, rank));
+  formats::read_manifest(files->manifest_path);  // a foreign or other-version manifest is refused here too
   for (const auto& [step, path] : files->steps) {
     formats::StepReader reader(path);
     for (const auto& ev : reader.events()) {
