@@ -1,6 +1,10 @@
 #include "opguard/kernels/fingerprint.h"
 
 #include <xxhash.h>
+// The library's runtime-dispatched XXH3 (AVX2 / AVX-512 where the CPU has
+// them): the same values as the baseline XXH3_64bits, about 2x the speed
+// here. The header turns every XXH3_64bits below into XXH3_64bits_dispatch.
+#include <xxh_x86dispatch.h>
 
 #include <algorithm>
 #include <atomic>
@@ -125,6 +129,16 @@ std::size_t chunk_count(std::size_t nbytes) {
   return (nbytes + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes;
 }
 
+// Copies `n` elements of type T spaced `stride` elements apart into `out`.
+template <typename T>
+void copy_strided(const uint8_t* src, int64_t stride, int64_t n, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * stride * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    std::memcpy(out + i * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+  }
+}
+
 // Row-major walk over a strided view, copying elements [begin, end) into out.
 void gather_range(const TensorView& v, int64_t begin, int64_t end, uint8_t* out) {
   const std::size_t es = dtype_size(v.dtype);
@@ -153,10 +167,19 @@ void gather_range(const TensorView& v, int64_t begin, int64_t end, uint8_t* out)
       std::memcpy(out, src, run * es);
       out += run * es;
     } else {
-      for (int64_t i = 0; i < run; ++i) {
-        std::memcpy(out, src + i * inner_stride * static_cast<int64_t>(es), es);
-        out += es;
+      // Element by element (transposed and expanded views): a typed loop,
+      // not one memcpy call per element, which cost more than the hash.
+      switch (es) {
+        case 1: copy_strided<uint8_t>(src, inner_stride, run, out); break;
+        case 2: copy_strided<uint16_t>(src, inner_stride, run, out); break;
+        case 4: copy_strided<uint32_t>(src, inner_stride, run, out); break;
+        case 8: copy_strided<uint64_t>(src, inner_stride, run, out); break;
+        default:
+          for (int64_t i = 0; i < run; ++i)
+            std::memcpy(out + i * static_cast<int64_t>(es), src + i * inner_stride * static_cast<int64_t>(es), es);
+          break;
       }
+      out += run * es;
     }
     pos += run;
     index[nd - 1] += run;
@@ -184,10 +207,13 @@ uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::
   return XXH3_64bits(buf.data(), buf.size());
 }
 
-uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, const void* data,
-                                std::size_t nbytes, HashPool* pool) {
+namespace {
+
+void contiguous_chunk_hashes(const void* data, std::size_t nbytes, std::vector<uint64_t>* out,
+                             HashPool* pool) {
   const std::size_t n = chunk_count(nbytes);
-  std::vector<uint64_t> hashes(n);
+  out->resize(n);
+  uint64_t* hashes = out->data();
   const auto* bytes = static_cast<const uint8_t*>(data);
   auto hash_chunk = [&](std::size_t i) {
     const std::size_t off = i * kFingerprintChunkBytes;
@@ -198,21 +224,31 @@ uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, con
   } else {
     for (std::size_t i = 0; i < n; ++i) hash_chunk(i);
   }
-  return combine_chunk_hashes(dtype, sizes, ndim, nbytes, hashes.data(), n);
 }
 
-uint64_t fingerprint(const TensorView& view, HashPool* pool) {
+}  // namespace
+
+uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, const void* data,
+                                std::size_t nbytes, HashPool* pool) {
+  std::vector<uint64_t> hashes;
+  contiguous_chunk_hashes(data, nbytes, &hashes, pool);
+  return combine_chunk_hashes(dtype, sizes, ndim, nbytes, hashes.data(), hashes.size());
+}
+
+void chunk_hashes(const TensorView& view, std::vector<uint64_t>* out, HashPool* pool) {
   const std::size_t es = dtype_size(view.dtype);
   const int64_t numel = view.numel();
   const std::size_t nbytes = static_cast<std::size_t>(numel) * es;
   if (view.is_contiguous()) {
-    return fingerprint_contiguous(view.dtype, view.sizes, view.ndim, view.data, nbytes, pool);
+    contiguous_chunk_hashes(view.data, nbytes, out, pool);
+    return;
   }
   // Strided: gather each chunk into a scratch buffer, then hash it. Chunk
   // boundaries fall on element boundaries because every dtype size divides
   // the chunk size.
   const std::size_t n = chunk_count(nbytes);
-  std::vector<uint64_t> hashes(n);
+  out->resize(n);
+  uint64_t* hashes = out->data();
   const int64_t per_chunk = static_cast<int64_t>(kFingerprintChunkBytes / es);
   auto hash_chunk = [&](std::size_t i) {
     thread_local std::vector<uint8_t> scratch;
@@ -227,7 +263,13 @@ uint64_t fingerprint(const TensorView& view, HashPool* pool) {
   } else {
     for (std::size_t i = 0; i < n; ++i) hash_chunk(i);
   }
-  return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), n);
+}
+
+uint64_t fingerprint(const TensorView& view, HashPool* pool) {
+  std::vector<uint64_t> hashes;
+  chunk_hashes(view, &hashes, pool);
+  const std::size_t nbytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
+  return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), hashes.size());
 }
 
 void gather_contiguous(const TensorView& view, void* out) {

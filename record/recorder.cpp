@@ -24,8 +24,10 @@
 #include <cstring>
 #include <deque>
 #include <fcntl.h>
+#include <memory_resource>
 #include <mutex>
 #include <regex>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unordered_map>
 #include <xxhash.h>
@@ -126,6 +128,27 @@ struct Context : at::ObserverContext {
 
 // --- the recorder ----------------------------------------------------------
 
+// Memory for the recorder's tables that live across operators (storage ids,
+// the fingerprint cache, autograd node scopes), mapped apart from malloc's
+// heap. Their small nodes, allocated between the program's tensors on the
+// training thread's heap, kept freed tensor memory from coalescing: the
+// heap grew by about 50 MB a step (tiny_gpt --width 128 --depth 4) and every
+// new tensor page-faulted. One per table, used under that table's mutex.
+class MappedResource : public std::pmr::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t) override {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t) override { ::munmap(p, bytes); }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+};
+
+struct TableMemory {
+  MappedResource mapped;
+  std::pmr::unsynchronized_pool_resource pool{std::pmr::pool_options{0, 64 * 1024}, &mapped};
+};
+
 struct RecorderImpl {
   RecorderConfig config;
   std::regex ops_re, scopes_re;
@@ -155,17 +178,38 @@ struct RecorderImpl {
   std::unique_ptr<kernels::HashPool> pool;  // helps training threads hash large tensors
   formats::Manifest manifest;
 
-  // The fingerprint of each storage's last hashed view, while its version is
-  // unchanged: a weight read by forward, backward and optimizer is hashed once.
+  // Chunk hashes (kernels::chunk_hashes) of the views of each storage hashed
+  // since its version last changed: a weight read by forward, backward and
+  // optimizer, directly and transposed, is hashed once per view; a reshape,
+  // view or flatten of hashed contiguous bytes is not read at all (the same
+  // row-major bytes have the same chunk hashes; only the header differs).
+  // Fixed-size entries in table_memory (see TableMemory for why).
+  static constexpr int kMaxCachedDims = 6;
+  static constexpr std::size_t kInlineChunks = 4;  // views up to 4 MiB; larger ones keep a vector
+  static constexpr std::size_t kViewsPerStorage = 4;
+  static constexpr std::size_t kMaxCachedStorages = 16384;
+  struct CachedView {
+    int64_t offset = 0;  // storage offset, in elements of elem_size
+    uint64_t nbytes = 0;
+    uint8_t elem_size = 0;
+    uint8_t ndim = 0;  // sizes and strides: non-contiguous views only
+    bool contiguous = false;
+    uint32_t n_chunks = 0;
+    int64_t sizes[kMaxCachedDims] = {};
+    int64_t strides[kMaxCachedDims] = {};
+    uint64_t chunks[kInlineChunks] = {};
+    std::vector<uint64_t> more_chunks;  // all of them, when n_chunks > kInlineChunks
+    const uint64_t* chunk_data() const { return n_chunks > kInlineChunks ? more_chunks.data() : chunks; }
+  };
   struct CacheEntry {
     uint32_t version = 0;
-    int64_t offset = 0;
-    std::vector<int64_t> sizes, strides;
-    DType dtype = DType::kUInt8;
-    uint64_t fingerprint = 0;
+    uint8_t used = 0;
+    uint8_t next = 0;  // the slot the next view replaces once all are used
+    CachedView views[kViewsPerStorage];
   };
   std::mutex cache_mutex;
-  std::unordered_map<uint64_t, CacheEntry> fingerprint_cache;  // by storage id
+  TableMemory cache_memory;
+  std::pmr::unordered_map<uint64_t, CacheEntry> fingerprint_cache{&cache_memory.pool};  // by storage id
 
   // Interned strings and operator facts; entries never move or die while the
   // recorder lives, so events keep raw pointers to them.
@@ -180,16 +224,19 @@ struct RecorderImpl {
     uint64_t id;
   };
   std::mutex storage_mutex;
-  std::unordered_map<const c10::StorageImpl*, StorageEntry> storage_ids;
+  TableMemory storage_memory;  // storage_ids and uninit, under storage_mutex
+  std::pmr::unordered_map<const c10::StorageImpl*, StorageEntry> storage_ids{&storage_memory.pool};
   uint64_t next_storage_id = 1;
   uint64_t storage_inserts = 0;
   // Storages whose bits are uninitialised memory (made by empty*), until an
   // operator first writes them.
-  std::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> uninit;
+  std::pmr::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> uninit{
+      &storage_memory.pool};
 
   // Forward scope of each autograd node, by (forward thread, sequence nr).
   std::mutex node_mutex;
-  std::unordered_map<uint64_t, const std::string*> node_scopes;
+  TableMemory node_memory;
+  std::pmr::unordered_map<uint64_t, const std::string*> node_scopes{&node_memory.pool};
 
   const std::string* intern_scope(const std::string& s) {
     std::lock_guard<std::mutex> lock(intern_mutex);
@@ -204,8 +251,8 @@ struct RecorderImpl {
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
   uint64_t storage_id(const at::Tensor& t);
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
-  bool cached_fingerprint(const formats::TensorMeta& m, uint64_t* fp);
-  void cache_fingerprint(const formats::TensorMeta& m);
+  bool cached_fingerprint(formats::TensorMeta& m, bool contiguous);
+  void cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks);
   void mark_uninitialized(const at::Tensor& t);
   void open_recording();
   void write_manifest(bool final_write);
@@ -295,7 +342,7 @@ uint64_t RecorderImpl::storage_id(const at::Tensor& t) {
     if (it->second.weak.lock().get() == key) return it->second.id;
     storage_ids.erase(it);  // a new storage at a recycled address
   }
-  if (++storage_inserts % 4096 == 0) {
+  if (++storage_inserts % 256 == 0) {
     for (auto i = storage_ids.begin(); i != storage_ids.end();) {
       i = i->second.weak.expired() ? storage_ids.erase(i) : std::next(i);
     }
@@ -320,23 +367,64 @@ bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
   return true;
 }
 
-bool RecorderImpl::cached_fingerprint(const formats::TensorMeta& m, uint64_t* fp) {
+bool RecorderImpl::cached_fingerprint(formats::TensorMeta& m, bool contiguous) {
+  const std::size_t es = dtype_size(m.dtype);
+  const uint64_t nbytes = static_cast<uint64_t>(m.numel()) * es;
+  const std::size_t ndim = m.sizes.size();
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = fingerprint_cache.find(m.storage_id);
-  if (it == fingerprint_cache.end()) return false;
+  if (it == fingerprint_cache.end() || it->second.version != m.version) return false;
   const CacheEntry& e = it->second;
-  if (e.version != m.version || e.offset != m.storage_offset || e.dtype != m.dtype ||
-      e.sizes != m.sizes || e.strides != m.strides)
-    return false;
-  *fp = e.fingerprint;
-  return true;
+  for (std::size_t i = 0; i < e.used; ++i) {
+    const CachedView& v = e.views[i];
+    if (v.contiguous != contiguous || v.nbytes != nbytes) continue;
+    // Offsets compare in bytes: a view may reinterpret the element type.
+    if (v.offset * static_cast<int64_t>(v.elem_size) != m.storage_offset * static_cast<int64_t>(es)) continue;
+    if (!contiguous && (v.elem_size != es || v.ndim != ndim ||
+                        !std::equal(m.sizes.begin(), m.sizes.end(), v.sizes) ||
+                        !std::equal(m.strides.begin(), m.strides.end(), v.strides)))
+      continue;
+    m.fingerprint = kernels::combine_chunk_hashes(m.dtype, m.sizes.data(), static_cast<int>(ndim), nbytes,
+                                                  v.chunk_data(), v.n_chunks);
+    return true;
+  }
+  return false;
 }
 
-void RecorderImpl::cache_fingerprint(const formats::TensorMeta& m) {
+void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks) {
+  if (!contiguous && m.sizes.size() > static_cast<std::size_t>(kMaxCachedDims)) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (fingerprint_cache.size() > 65536) fingerprint_cache.clear();
-  fingerprint_cache[m.storage_id] =
-      CacheEntry{m.version, m.storage_offset, m.sizes, m.strides, m.dtype, m.fingerprint};
+  if (fingerprint_cache.size() >= kMaxCachedStorages) fingerprint_cache.clear();
+  CacheEntry& e = fingerprint_cache[m.storage_id];
+  if (e.version != m.version) {
+    e.version = m.version;
+    e.used = 0;
+    e.next = 0;
+  }
+  std::size_t slot = e.used;
+  if (slot < kViewsPerStorage) {
+    ++e.used;
+  } else {
+    slot = e.next;
+    e.next = static_cast<uint8_t>((e.next + 1) % kViewsPerStorage);
+  }
+  CachedView& v = e.views[slot];
+  v.offset = m.storage_offset;
+  v.elem_size = static_cast<uint8_t>(dtype_size(m.dtype));
+  v.nbytes = static_cast<uint64_t>(m.numel()) * v.elem_size;
+  v.contiguous = contiguous;
+  v.ndim = contiguous ? 0 : static_cast<uint8_t>(m.sizes.size());
+  for (std::size_t d = 0; d < v.ndim; ++d) {
+    v.sizes[d] = m.sizes[d];
+    v.strides[d] = m.strides[d];
+  }
+  v.n_chunks = static_cast<uint32_t>(chunks.size());
+  if (chunks.size() > kInlineChunks) {
+    v.more_chunks = std::move(chunks);
+  } else {
+    std::vector<uint64_t>().swap(v.more_chunks);
+    std::copy(chunks.begin(), chunks.end(), v.chunks);
+  }
 }
 
 void RecorderImpl::mark_uninitialized(const at::Tensor& t) {
@@ -396,6 +484,12 @@ struct ValueBuilder {
   std::vector<TensorTaskPtr> tasks;   // parallel to values
   std::vector<at::Tensor> tensors;    // parallel to values; dropped by settle()
 
+  void reserve(std::size_t n) {
+    values.reserve(n);
+    tasks.reserve(n);
+    tensors.reserve(n);
+  }
+
   void add(Value v, TensorTaskPtr task = nullptr, at::Tensor t = at::Tensor()) {
     values.push_back(std::move(v));
     tasks.push_back(std::move(task));
@@ -426,16 +520,15 @@ struct ValueBuilder {
     } else {
       m.strides.assign(m.sizes.size(), 0);
     }
-    m.device = t.device().str();
+    if (!t.device().is_cpu()) m.device = t.device().str();  // TensorMeta's default is "cpu"
+    // v.tensor stays empty: the writer fills it from the task (writer.cpp).
     if (!hashable) {
       m.flags |= formats::kTensorNotFingerprinted;
-      v.tensor = m;
       add(std::move(v), std::move(task));
       return;
     }
     m.storage_id = rec.storage_id(t);
     m.version = static_cast<uint32_t>(t._version());
-    v.tensor = m;
     add(std::move(v), std::move(task), t);
   }
 
@@ -473,23 +566,28 @@ struct ValueBuilder {
         rec.dropped.fetch_add(1, std::memory_order_relaxed);
       }
       const bool copy = want_data && keep_data;
-      if (!copy && rec.cached_fingerprint(m, &m.fingerprint)) continue;
+      kernels::TensorView view;
+      view.dtype = m.dtype;
+      view.sizes = m.sizes.data();
+      view.strides = m.strides.data();
+      view.ndim = static_cast<int>(m.sizes.size());
+      const bool contiguous = view.is_contiguous();
+      if (!copy && rec.cached_fingerprint(m, contiguous)) continue;
       try {
         at::Tensor host = t.device().is_cpu() ? t : t.cpu();  // the CUDA path hashes on the device (kernels/)
-        kernels::TensorView view;
-        view.dtype = m.dtype;
-        view.sizes = m.sizes.data();
-        view.strides = m.strides.data();
-        view.ndim = static_cast<int>(m.sizes.size());
         view.data = host.const_data_ptr();
-        m.fingerprint = kernels::fingerprint(view, rec.pool.get());
+        std::vector<uint64_t> chunks;
+        kernels::chunk_hashes(view, &chunks, rec.pool.get());
+        m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim,
+                                                      static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype),
+                                                      chunks.data(), chunks.size());
         if (copy) {
           task.bytes.resize(static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype));
           kernels::gather_contiguous(view, task.bytes.data());
           task.has_bytes = true;
           pending.queued_bytes += task.bytes.size();
         }
-        rec.cache_fingerprint(m);
+        rec.cache_chunks(m, contiguous, std::move(chunks));
       } catch (const std::exception&) {
         // A tensor we cannot read (freed device memory, an exotic layout):
         // keep the event without this fingerprint.
@@ -502,6 +600,7 @@ struct ValueBuilder {
 
   // Moves the tasks into the pending event (after settle()).
   void hand_over() {
+    pending.tasks.reserve(pending.tasks.size() + tasks.size());
     for (auto& task : tasks) pending.tasks.push_back(std::move(task));
     tasks.clear();
   }
@@ -779,6 +878,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
   ValueBuilder inputs{rec, pending, dump, ev.inputs, {}, {}};
   const auto args = fn.inputs();
+  inputs.reserve(args.size() + (op->random ? 1 : 0));
   for (std::size_t i = 0; i < args.size(); ++i) {
     const bool named = i < op->arg_names.size();
     inputs.add_ivalue(args[i], named ? op->arg_names[i] : "", named && op->arg_written[i],
@@ -836,6 +936,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   const bool dump = ctx->dump;
   ValueBuilder outputs{rec, pending, dump, ev.outputs, {}, {}};
   const auto& outs = fn.outputs();
+  outputs.reserve(outs.size());
   for (std::size_t i = 0; i < outs.size(); ++i) {
     outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
                        IntKind::kPlain);

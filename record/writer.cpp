@@ -28,32 +28,42 @@ Writer::~Writer() {
 
 bool Writer::has_room(uint64_t bytes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.empty() || queued_bytes_ + bytes <= config_.queue.max_bytes;
+  return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes;
 }
 
 void Writer::wait_for_room(uint64_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
+  urgent_ = true;  // the writer may be napping on a short batch
+  wake_.notify_one();
   room_.wait(lock, [&] {
-    return queue_.empty() || queued_bytes_ + bytes <= config_.queue.max_bytes || stopping_ ||
+    return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes || stopping_ ||
            failed_.load();
   });
 }
 
 void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
   if (failed_.load()) return;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    const bool holds_copies = event->queued_bytes > 0;
     queued_bytes_ += event->queued_bytes;
     if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_.store(queued_bytes_);
     queue_.push_back(Item{std::move(event)});
+    // Waking the writer for every event cost a futex call and a context
+    // switch per operator on the training thread; it takes them in batches
+    // (or after kWriterNap), and at once when an event holds full tensors.
+    if (holds_copies) urgent_ = true;
+    wake = writer_idle_ && (queue_.size() >= kWakeBatch || holds_copies);
   }
-  wake_.notify_one();
+  if (wake) wake_.notify_one();
 }
 
 void Writer::end_step() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(Item{nullptr});
+    urgent_ = true;  // close the step file now: a killed run keeps it
   }
   wake_.notify_one();
 }
@@ -61,41 +71,52 @@ void Writer::end_step() {
 void Writer::thread_main() {
   t_is_writer_thread = true;
   at::RecordFunctionGuard no_recording(false);
+  std::deque<Item> batch;
   while (true) {
-    Item item;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping and drained
-      item = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    uint64_t released = 0;
-    if (!item.event) {
-      if (!failed_.load()) {
-        try {
-          close_step();
-        } catch (const std::exception& e) {
-          fail(e.what());
-        }
+      writer_idle_ = true;
+      wake_.wait_for(lock, kWriterNap, [&] { return stopping_ || urgent_ || queue_.size() >= kWakeBatch; });
+      writer_idle_ = false;
+      urgent_ = false;
+      if (queue_.empty()) {
+        if (stopping_) break;  // stopping and drained
+        continue;
       }
-      ++open_step_;
-    } else {
-      released = item.event->queued_bytes;
-      if (!failed_.load()) {
-        try {
-          write_event(*item.event);
-        } catch (const std::exception& e) {
-          fail(e.what());
+      batch.swap(queue_);
+    }
+    for (Item& item : batch) {
+      uint64_t released = 0;
+      if (!item.event) {
+        if (!failed_.load()) {
+          try {
+            close_step();
+          } catch (const std::exception& e) {
+            fail(e.what());
+          }
         }
+        ++open_step_;
+      } else {
+        released = item.event->queued_bytes;
+        if (!failed_.load()) {
+          try {
+            write_event(*item.event);
+          } catch (const std::exception& e) {
+            fail(e.what());
+          }
+        }
+        item.event.reset();
       }
-      item.event.reset();
+      if (released > 0) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          queued_bytes_ -= released;
+        }
+        room_.notify_all();
+      }
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queued_bytes_ -= released;
-    }
-    room_.notify_all();
+    batch.clear();
+    room_.notify_all();  // has_room() also says yes to an empty queue
   }
   if (!failed_.load()) {
     try {
@@ -121,9 +142,9 @@ void Writer::write_event(PendingEvent& pending) {
     auto& task = pending.tasks[i];
     if (!task) continue;
     formats::Value& value = i < n_in ? ev.inputs[i] : ev.outputs[i - n_in];
-    value.tensor = task->meta;
+    value.tensor = std::move(task->meta);
     if (task->has_bytes) {
-      value.tensor.data_index = step_writer_->write_tensor(task->meta.dtype, task->meta.sizes,
+      value.tensor.data_index = step_writer_->write_tensor(value.tensor.dtype, value.tensor.sizes,
                                                            task->bytes.data(), task->bytes.size());
       value.tensor.flags |= formats::kTensorHasData;
       std::vector<uint8_t>().swap(task->bytes);

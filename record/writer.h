@@ -6,6 +6,7 @@
 // HDF5 work is the writer's.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,13 +30,14 @@ class Writer {
          std::function<void(const std::string&)> on_failure);
   ~Writer();  // finish() if not called
 
-  // Called from training threads: queues the event. Never blocks; callers
+  // Called from training threads: queues the event (the writer takes them in
+  // batches, at most kWriterNap late). Never blocks; callers
   // apply the queue policy first (has_room / wait_for_room).
   void enqueue(std::unique_ptr<PendingEvent> event);
   // Marks the end of a step: the step file being written is closed.
   void end_step();
   // True when the queue would take `bytes` more without exceeding its bound
-  // (an empty queue takes anything).
+  // (a queue that holds no copies takes anything).
   bool has_room(uint64_t bytes) const;
   // Blocks until has_room(bytes), the writer failed, or it is stopping.
   void wait_for_room(uint64_t bytes);
@@ -65,6 +67,10 @@ class Writer {
   std::condition_variable room_;  // producers wait for room
   std::deque<Item> queue_;
   bool stopping_ = false;
+  bool writer_idle_ = false;  // the writer waits on wake_
+  bool urgent_ = false;       // a step ended, copies wait or a producer waits for room: no nap
+  static constexpr std::size_t kWakeBatch = 256;  // events that wake a napping writer
+  static constexpr std::chrono::milliseconds kWriterNap{20};
   bool finished_ = false;
   uint64_t queued_bytes_ = 0;
 

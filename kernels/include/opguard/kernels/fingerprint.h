@@ -65,6 +65,13 @@ class HashPool {
 
 uint64_t fingerprint(const TensorView& view, HashPool* pool = nullptr);
 
+// The chunk hashes h[0..n) of the definition above; fingerprint() is
+// combine_chunk_hashes over them. Two views with the same row-major bytes
+// (a tensor and its reshape, flatten or unsqueeze) have the same chunk
+// hashes, so a caller that keeps them fingerprints the other view without
+// reading its memory.
+void chunk_hashes(const TensorView& view, std::vector<uint64_t>* out, HashPool* pool = nullptr);
+
 // The fingerprint of row-major bytes that are already contiguous.
 uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, const void* data,
                                 std::size_t nbytes, HashPool* pool = nullptr);
