@@ -5,11 +5,9 @@
 // each run at a time plus the dataflow state.
 
 #include <fmt/format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <climits>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +18,7 @@
 #include "opguard/bisect/diff.h"
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
+#include "opguard/formats/rerecord.h"
 #include "trace.h"
 
 namespace opguard::bisect {
@@ -166,12 +165,6 @@ PairComparison compare_pair(const Event& a, const Event& b) {
   return c;
 }
 
-// A divergence source found while classifying, with what is needed to sort it
-// into execution order across ranks.
-struct Found {
-  DivergentEvent event;
-  int64_t order = 0;  // position in the rank's execution order
-};
 
 struct Side {
   std::string dir;
@@ -192,19 +185,7 @@ Side open_side(const std::string& dir) {
   return s;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
-                        std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string strip_trailing_slash(std::string s) {
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
+using formats::shell_quote;
 
 // State of one rank's comparison, carried across its steps.
 struct RankState {
@@ -212,10 +193,8 @@ struct RankState {
   int suspect_rank = 0;
   Dataflow flow;
   std::vector<FlowEvent> events;
-  std::vector<Found> found;  // divergence sources, execution order, at most max(1, max_origins)
-  int64_t found_total = 0;
+  std::vector<DivergentEvent> found;  // divergence sources, execution order, at most max(1, max_origins)
   std::optional<DivergentEvent> first_unmatched;
-  int64_t order = 0;
   // This step's forward events by scope: the last one, and the last one whose
   // bits differed. Backward ops read tensors that a forward op saved for them
   // without returning them (layer_norm's mean and rstd, log_softmax inside
@@ -241,7 +220,7 @@ class Engine {
  private:
   void diff_step(RankState& rs, int64_t step, const StepReader* ref, const StepReader* sus, bool in_range);
   void classify(RankState& rs, const StepReader* ref, const StepReader* sus, const Event* a, const Event& b,
-                bool in_range, PhaseSummary& summary, int64_t step_order_base, const std::vector<Event>& sus_events,
+                bool in_range, PhaseSummary& summary, const std::vector<Event>& sus_events,
                 const std::vector<int32_t>& order, std::size_t position);
   bool replicated(const Event& e) const;
   int32_t intern_op(const std::string& op);
@@ -260,7 +239,7 @@ class Engine {
   std::vector<std::string> op_names_;
   std::unordered_map<std::string, int32_t> op_index_;
   std::map<std::tuple<int, int64_t, int>, PhaseSummary> summaries_;
-  std::vector<Found> found_;
+  std::vector<DivergentEvent> found_;
   std::vector<DivergentEvent> unmatched_;
   std::unique_ptr<TraceLog> trace_;
   std::string signature_buffer_;
@@ -276,11 +255,13 @@ int32_t Engine::intern_op(const std::string& op) {
 }
 
 PhaseSummary& Engine::summary(int rank, int64_t step, formats::Phase phase) {
-  auto& s = summaries_[{rank, step, static_cast<int>(phase)}];
-  s.rank = rank;
-  s.step = step;
-  s.phase = formats::phase_name(phase);
-  return s;
+  auto [it, inserted] = summaries_.try_emplace({rank, step, static_cast<int>(phase)});
+  if (inserted) {
+    it->second.rank = rank;
+    it->second.step = step;
+    it->second.phase = formats::phase_name(phase);
+  }
+  return it->second;
 }
 
 // Cross-rank mode compares what data-parallel replicas must agree on: the
@@ -294,19 +275,8 @@ bool Engine::replicated(const Event& e) const {
 std::string Engine::rerecord_command(const Side& side, int rank, uint64_t id) const {
   auto m = side.manifests.find(rank);
   if (m == side.manifests.end()) return "";
-  const auto& info = m->second.info;
-  auto cmd = info.find("record_command");
-  if (cmd == info.end() || cmd->second.empty()) return "";
-  std::string text;
-  auto cwd = info.find("cwd");
-  if (cwd != info.end() && !cwd->second.empty()) text += "cd " + shell_quote(cwd->second) + " && ";
-  std::string env;
-  for (const auto& [k, v] : m->second.env) env += " " + shell_quote(k + "=" + v);
-  if (!env.empty()) text += "env" + env + " ";
-  const std::string out = strip_trailing_slash(side.dir) + "-around-" + formats::event_id_string(id);
-  text += fmt::format("{} record --out {} --dump-around {}:{} -- {}", options_.opguard_command, shell_quote(out),
-                      formats::event_id_string(id), options_.dump_radius, cmd->second);
-  return text;
+  return formats::rerecord_command(m->second, side.dir, formats::event_id_string(id), options_.dump_radius,
+                                   options_.opguard_command);
 }
 
 void Engine::add_evidence(DivergentEvent& d, const StepReader* ref, const StepReader* sus, const Event& a,
@@ -388,7 +358,7 @@ DivergentEvent Engine::describe(const RankState& rs, const Event* a, const Event
 }
 
 void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* sus, const Event* a, const Event& b,
-                      bool in_range, PhaseSummary& sum, int64_t step_order_base, const std::vector<Event>& sus_events,
+                      bool in_range, PhaseSummary& sum, const std::vector<Event>& sus_events,
                       const std::vector<int32_t>& order, std::size_t position) {
   const int32_t self = static_cast<int32_t>(rs.events.size());
   FlowEvent fe;
@@ -505,13 +475,11 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   }
   ++sum.counts[static_cast<int>(cls)];
   if (unmatched) ++sum.unmatched_suspect;
-  const int64_t order_here = step_order_base + static_cast<int64_t>(position);
   if (unmatched) {
     if (!rs.first_unmatched) rs.first_unmatched = describe(rs, nullptr, &b, cls, nullptr, 0);
     return;
   }
   if (!is_divergence_source(cls)) return;
-  ++rs.found_total;
   const std::size_t keep = static_cast<std::size_t>(std::max(1, options_.max_origins));
   if (rs.found.size() >= keep) return;
   int64_t call_index = 0;
@@ -536,19 +504,17 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
     for (std::size_t k = 0; k < b.outputs.size(); ++k)
       if (cmp.output_differs[k]) add_evidence(d, ref, sus, *a, b, true, k);
   }
-  if (!d.evidence_note.empty() || d.evidence.empty()) {
-    if (d.evidence.empty() && d.evidence_note.empty() && cls == EventClass::kOriginArgs && !cmp.outputs_differ)
-      d.evidence_note = "outputs are bitwise equal; only an argument differs";
-    std::string cmd_b = rerecord_command(sus_, rs.suspect_rank, b.id);
-    std::string cmd_a = rerecord_command(ref_, rs.reference_rank, a->id);
-    if (!d.evidence_note.empty()) {
-      if (cmd_a.empty() && cmd_b.empty())
-        d.evidence_note += " (the manifests hold no record command: re-run the programs under opguard record "
-                           "--dump-around ID)";
-      d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
-    }
+  if (d.evidence.empty() && d.evidence_note.empty() && cls == EventClass::kOriginArgs && !cmp.outputs_differ)
+    d.evidence_note = "outputs are bitwise equal; only an argument differs";
+  if (!d.evidence_note.empty()) {
+    const std::string cmd_b = rerecord_command(sus_, rs.suspect_rank, b.id);
+    const std::string cmd_a = rerecord_command(ref_, rs.reference_rank, a->id);
+    if (cmd_a.empty() && cmd_b.empty())
+      d.evidence_note += " (the manifests hold no record command: re-run the programs under opguard record "
+                         "--dump-around ID)";
+    d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
   }
-  rs.found.push_back({std::move(d), order_here});
+  rs.found.push_back(std::move(d));
 }
 
 void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const StepReader* sus, bool in_range) {
@@ -596,13 +562,11 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
   std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
     return std::tie(se[x].t_start_ns, se[x].stream, se[x].seq) < std::tie(se[y].t_start_ns, se[y].stream, se[y].seq);
   });
-  const int64_t base = rs.order;
-  rs.order += static_cast<int64_t>(order.size());
   for (std::size_t pos = 0; pos < order.size(); ++pos) {
     const Event& b = se[order[pos]];
     const int32_t i = partner[order[pos]];
-    classify(rs, ref, sus, i >= 0 ? &re[i] : nullptr, b, in_range, summary(rs.suspect_rank, step, b.phase), base,
-             se, order, pos);
+    classify(rs, ref, sus, i >= 0 ? &re[i] : nullptr, b, in_range, summary(rs.suspect_rank, step, b.phase), se,
+             order, pos);
   }
   for (std::size_t i = 0; i < re.size(); ++i) {
     if (ref_matched[i]) continue;
@@ -658,11 +622,10 @@ void Engine::finish() {
   auto earlier = [](const DivergentEvent& x, const DivergentEvent& y) {
     return std::tie(x.step, x.t_start_ns, x.rank) < std::tie(y.step, y.t_start_ns, y.rank);
   };
-  std::stable_sort(found_.begin(), found_.end(),
-                   [&](const Found& x, const Found& y) { return earlier(x.event, y.event); });
-  if (!found_.empty()) report_.first_divergent = found_.front().event;
+  std::stable_sort(found_.begin(), found_.end(), earlier);
+  if (!found_.empty()) report_.first_divergent = found_.front();
   for (std::size_t i = 0; i < found_.size() && static_cast<int>(i) < options_.max_origins; ++i)
-    report_.origins.push_back(found_[i].event);
+    report_.origins.push_back(found_[i]);
   std::stable_sort(unmatched_.begin(), unmatched_.end(), earlier);
   if (!unmatched_.empty()) report_.first_unmatched = unmatched_.front();
   PhaseSummary& t = report_.totals;

@@ -19,6 +19,7 @@
 #include "execute.h"
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
+#include "opguard/formats/rerecord.h"
 #include "opguard/kernels/fingerprint.h"
 #include "replay_internal.h"
 
@@ -401,15 +402,6 @@ detail::Request base_request(const std::string& dir, const ReplayOptions& o) {
   return req;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@%") ==
-                        std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 }  // namespace
 
 ReplayResult replay_event(const std::string& recording_dir, const std::string& event_id, const ReplayOptions& options) {
@@ -445,20 +437,7 @@ std::string rerecord_command(const std::string& recording_dir, int rank, const s
                              const std::string& opguard_command) {
   const auto layout = formats::scan_recording(recording_dir);
   const auto m = formats::read_manifest(rank_files(layout, recording_dir, rank).manifest_path);
-  auto cmd = m.info.find("record_command");
-  if (cmd == m.info.end() || cmd->second.empty()) return "";
-  std::string text;
-  auto cwd = m.info.find("cwd");
-  if (cwd != m.info.end() && !cwd->second.empty()) text += "cd " + shell_quote(cwd->second) + " && ";
-  std::string env;
-  for (const auto& [k, v] : m.env) env += " " + shell_quote(k + "=" + v);
-  if (!env.empty()) text += "env" + env + " ";
-  std::string out = recording_dir;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  out += "-around-" + event_id;
-  text += fmt::format("{} record --out {} --dump-around {}:16 -- {}", opguard_command, shell_quote(out), event_id,
-                      cmd->second);
-  return text;
+  return formats::rerecord_command(m, recording_dir, event_id, 16, opguard_command);
 }
 
 int child_trial_main(const std::string& request_json) {
