@@ -135,10 +135,17 @@ void StepReader::Impl::read_events() {
   same_rows(ndim.size(), m, "/values/ndim");
   same_rows(dims_offset.size(), m, "/values/dims_offset");
 
-  auto value_at = [&](std::size_t r, const std::string& where) {
+  // Where a value sits, for error messages only: built when one is raised.
+  struct Where {
+    std::size_t event;
+    const char* side;
+    uint32_t k;
+    std::string text() const { return "event " + std::to_string(event) + " " + side + " " + std::to_string(k); }
+  };
+  auto value_at = [&](std::size_t r, const Where& at) {
     Value v;
     if (kind[r] > static_cast<uint8_t>(ValueKind::kOther)) {
-      site.fail(where + " has the unknown value kind code " + std::to_string(kind[r]));
+      site.fail(at.text() + " has the unknown value kind code " + std::to_string(kind[r]));
     }
     v.kind = static_cast<ValueKind>(kind[r]);
     v.name = name[r];
@@ -147,7 +154,7 @@ void StepReader::Impl::read_events() {
     if (v.kind == ValueKind::kTensorList) v.list_len = list_len[r];
     if (!carries_tensor(v.kind)) return v;
     TensorMeta& t = v.tensor;
-    if (dtype[r] >= kNumDTypes) site.fail(where + " has the unknown dtype code " + std::to_string(dtype[r]));
+    if (dtype[r] >= kNumDTypes) site.fail(at.text() + " has the unknown dtype code " + std::to_string(dtype[r]));
     t.dtype = static_cast<DType>(dtype[r]);
     t.flags = vflags[r];
     t.fingerprint = fingerprint[r];
@@ -158,7 +165,7 @@ void StepReader::Impl::read_events() {
     uint64_t off = dims_offset[r];
     uint64_t rank = ndim[r];
     if (off > dims.size() || 2 * rank > dims.size() - off) {
-      site.fail(where + " has its sizes and strides at /dims[" + std::to_string(off) + "] beyond the " +
+      site.fail(at.text() + " has its sizes and strides at /dims[" + std::to_string(off) + "] beyond the " +
                 std::to_string(dims.size()) + " entries of /dims");
     }
     t.sizes.assign(dims.begin() + static_cast<std::ptrdiff_t>(off),
@@ -167,7 +174,7 @@ void StepReader::Impl::read_events() {
                      dims.begin() + static_cast<std::ptrdiff_t>(off + 2 * rank));
     int64_t di = data_index[r];
     if (di != -1 && (di < 0 || static_cast<uint64_t>(di) >= data_count)) {
-      site.fail(where + " refers to /data/" + std::to_string(di) + ", but the file holds " +
+      site.fail(at.text() + " refers to /data/" + std::to_string(di) + ", but the file holds " +
                 std::to_string(data_count) + " /data datasets");
     }
     t.data_index = di;
@@ -179,11 +186,11 @@ void StepReader::Impl::read_events() {
     std::vector<Value> out;
     out.reserve(count);
     for (uint32_t k = 0; k < count; ++k) {
-      std::string where = "event " + std::to_string(e) + " " + side + " " + std::to_string(k);
-      out.push_back(value_at(begin + k, where));
+      const Where at{e, side, k};
+      out.push_back(value_at(begin + k, at));
       const Value& v = out.back();
       if (v.kind == ValueKind::kTensorList && (v.list_len < 0 || static_cast<uint32_t>(v.list_len) >= count - k)) {
-        site.fail(where + " is a tensor list of " + std::to_string(v.list_len) +
+        site.fail(at.text() + " is a tensor list of " + std::to_string(v.list_len) +
                   " elements that runs past the event's " + std::to_string(count) + " " + side + "s");
       }
     }
