@@ -217,6 +217,8 @@ std::string request_to_json(const Request& r) {
   j["expect_dir"] = r.expect_dir;
   j["expect_event"] = r.expect_event;
   j["expect_rank"] = r.expect_rank;
+  j["slices"] = json::array();
+  for (const auto& s : r.slices) j["slices"].push_back({s.argument, s.dim, s.start, s.length});
   return j.dump();
 }
 
@@ -234,6 +236,10 @@ Request request_from_json(const std::string& text) {
     r.expect_dir = j.at("expect_dir");
     r.expect_event = j.at("expect_event");
     r.expect_rank = j.at("expect_rank");
+    if (j.contains("slices"))
+      for (const auto& s : j.at("slices"))
+        r.slices.push_back(InputSlice{s.at(0).get<int>(), s.at(1).get<int>(), s.at(2).get<int64_t>(),
+                                      s.at(3).get<int64_t>()});
     return r;
   } catch (const json::exception& e) {
     throw UsageError(std::string("--child-trial takes the request JSON that opguard writes itself: ") + e.what());

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "opguard/formats/recording.h"
 #include "opguard/replay/replay.h"
 
 namespace opguard::replay::detail {
@@ -26,7 +27,15 @@ struct Request {
   int64_t window = 0;  // kWindow: how many events
   std::string expect_dir, expect_event;
   int expect_rank = 0;
+  std::vector<InputSlice> slices;
 };
+
+// Applies `slices` to a copy of an event's inputs: `inputs` are ev.inputs
+// (metadata rewritten to the dense sliced layout) and `data` their full
+// contents where recorded (sliced in place). Throws UsageError for a slice
+// that names no tensor input, a dimension it lacks, or a range outside it.
+void apply_slices(const std::vector<InputSlice>& slices, std::vector<formats::Value>& inputs,
+                  std::vector<formats::TensorData>& data);
 
 struct Outcome {
   std::vector<ReplayResult> results;

@@ -111,8 +111,27 @@ struct ReplayResult {
 
 // --- running -------------------------------------------------------------------
 
+// A slice of one recorded input tensor along one dimension: the trial runs on
+// elements [start, start + length) of dimension `dim` of input value
+// `argument` (its position among the event's input values, as `opguard show`
+// numbers them). The slice is dense, its dimensions in the same stride order
+// as the recorded tensor (a transposed input stays transposed). Several slices
+// of the same argument apply one after the other. With any slice the outputs
+// have other shapes than the recorded ones, so they are not compared with the
+// recording: the verdict is kReproduces when the op ran, each output has
+// compared = false and its replayed fingerprint and sizes (compare two trials
+// with each other). A slice out of range is a UsageError.
+struct InputSlice {
+  int argument = 0;
+  int dim = 0;
+  int64_t start = 0;
+  int64_t length = 0;
+};
+
 struct ReplayOptions {
   int rank = 0;
+  // Applied to the recorded inputs before the call (also in child trials).
+  std::vector<InputSlice> slices;
   // Knobs set over the recorded config. The trial runs under
   // recorded_config(...).overlaid(config) unless `from_recorded` is false.
   Config config;
