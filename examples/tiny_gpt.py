@@ -21,6 +21,16 @@ importing torch adds about 3 s to every run.
 
 stdout carries only the result lines (one per printed step, then the final
 loss), so that two runs can be compared with cmp; diagnostics go to stderr.
+
+--ddp trains data-parallel over torch.distributed with Gloo, one process per
+rank, ranks from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT:
+torchrun sets them):
+  torchrun --standalone --nproc_per_node 2 examples/tiny_gpt.py --ddp
+Every rank draws the same global batch of --batch rows and trains on its
+shard (rows rank*B/W .. (rank+1)*B/W); gradients are summed with
+dist.all_reduce, one call per parameter, then divided by the world size, and
+every rank takes the same optimizer step. Only rank 0 prints the result lines
+(the loss all-reduced over the ranks); --out-params is written by rank 0.
 """
 
 import argparse
@@ -57,6 +67,8 @@ def parse_args(argv):
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
     p.add_argument("--out-params", default="")
     p.add_argument("--print-every", type=int, default=1, help="<= 0: only the final line")
+    p.add_argument("--ddp", action="store_true",
+                   help="data-parallel over torch.distributed (Gloo), ranks from RANK/WORLD_SIZE")
     a = p.parse_args(argv)
     for name in ("steps", "width", "depth", "heads", "seq", "batch"):
         if getattr(a, name) < 1:
@@ -205,8 +217,57 @@ def float_bits(v):
     return struct.unpack("<I", struct.pack("<f", v))[0]
 
 
+class DataParallel:
+    """The --ddp mode: this process's rank and world, the shard of a batch it
+    trains on, and the gradient all-reduce. rank 0 of 1 without --ddp."""
+
+    def __init__(self, enabled, batch):
+        self.rank, self.world = 0, 1
+        self.dist = None
+        if not enabled:
+            return
+        import torch.distributed as dist
+
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(name):
+                raise SystemExit(f"tiny_gpt.py: --ddp needs {name} in the environment: launch it with "
+                                 "torchrun --standalone --nproc_per_node N examples/tiny_gpt.py --ddp")
+        dist.init_process_group("gloo")
+        self.dist = dist
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        if batch % self.world != 0:
+            raise SystemExit(f"tiny_gpt.py: --batch ({batch}) must be a multiple of the world size ({self.world})")
+
+    def shard(self, rows, batch, seq):
+        """This rank's rows of a global batch given as a flat list of batch*seq tokens."""
+        per_rank = batch // self.world
+        return rows[self.rank * per_rank * seq:(self.rank + 1) * per_rank * seq], per_rank
+
+    @torch.no_grad()
+    def average_gradients(self, model):
+        if self.dist is None:
+            return
+        for p in model.parameters():
+            if p.grad is not None:
+                self.dist.all_reduce(p.grad)
+                p.grad.div_(self.world)
+
+    @torch.no_grad()
+    def mean_loss(self, loss_value):
+        if self.dist is None:
+            return loss_value
+        t = torch.tensor([loss_value], dtype=torch.float32)
+        self.dist.all_reduce(t)
+        return (t / self.world).item()
+
+    def close(self):
+        if self.dist is not None:
+            self.dist.destroy_process_group()
+
+
 def main(argv):
     a = parse_args(argv)
+    ddp = DataParallel(a.ddp, a.batch)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -226,7 +287,9 @@ def main(argv):
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny_gpt.py: vocab {vocab_size}, {n_params} parameters, dtype {a.dtype}, "
-          f"{torch.get_num_threads()} threads", file=sys.stderr)
+          f"{torch.get_num_threads()} threads" + (f", rank {ddp.rank} of {ddp.world}" if a.ddp else ""),
+          file=sys.stderr)
+    printing = ddp.rank == 0
 
     sampler = BatchSampler(a.seed)
     last_bits = 0
@@ -234,12 +297,16 @@ def main(argv):
     for step in range(a.steps):
         start = time.perf_counter()
         inputs, targets = sampler.next(tokens, a.batch, a.seq)
-        x = torch.tensor(inputs, dtype=torch.long).view(a.batch, a.seq)
-        y = torch.tensor(targets, dtype=torch.long).view(a.batch, a.seq)
+        inputs, rows = ddp.shard(inputs, a.batch, a.seq)
+        targets, _ = ddp.shard(targets, a.batch, a.seq)
+        x = torch.tensor(inputs, dtype=torch.long).view(rows, a.seq)
+        y = torch.tensor(targets, dtype=torch.long).view(rows, a.seq)
         loss = model(x, y)
         # Read every step, printed or not, so that --print-every does not change the op stream.
         loss_value = loss.detach().to(torch.float32).item()
         loss.backward()
+        ddp.average_gradients(model)
+        loss_value = ddp.mean_loss(loss_value)
         optimizer.step()
         optimizer.zero_grad()
         ms = (time.perf_counter() - start) * 1e3
@@ -248,13 +315,15 @@ def main(argv):
         else:
             rest_ms += ms
         last_bits = float_bits(loss_value)
-        if a.print_every > 0 and step % a.print_every == 0:
+        if printing and a.print_every > 0 and step % a.print_every == 0:
             print("step %d loss %.6f bits %08x" % (step, loss_value, last_bits), flush=True)
-    print("final loss bits %08x" % last_bits, flush=True)
+    if printing:
+        print("final loss bits %08x" % last_bits, flush=True)
     mean = rest_ms / (a.steps - 1) if a.steps > 1 else 0.0
     print(f"tiny_gpt.py: step 0 {first_ms:.1f} ms, steps 1..{a.steps - 1} mean {mean:.1f} ms", file=sys.stderr)
-    if a.out_params:
+    if a.out_params and printing:
         write_parameters(model, a.out_params)
+    ddp.close()
     return 0
 
 

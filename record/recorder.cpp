@@ -36,6 +36,7 @@
 #include "opguard/kernels/fingerprint.h"
 #include "opguard/record/config.h"
 #include "opguard/record/recorder.h"
+#include "collectives.h"
 #include "opguard/record/scope.h"
 #include "recorder_internal.h"
 #include "writer.h"
@@ -253,6 +254,9 @@ struct RecorderImpl {
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
   bool cached_fingerprint(formats::TensorMeta& m, bool contiguous);
   void cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks);
+  // Drops the cached hashes of t's storage: a backend wrote it without bumping
+  // its version (c10d collectives, collectives.h).
+  void forget_fingerprints(const at::Tensor& t);
   void mark_uninitialized(const at::Tensor& t);
   void open_recording();
   void write_manifest(bool final_write);
@@ -389,6 +393,12 @@ bool RecorderImpl::cached_fingerprint(formats::TensorMeta& m, bool contiguous) {
     return true;
   }
   return false;
+}
+
+void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
+  const uint64_t id = storage_id(t);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  fingerprint_cache.erase(id);
 }
 
 void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks) {
@@ -936,6 +946,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   const bool dump = ctx->dump;
   ValueBuilder outputs{rec, pending, dump, ev.outputs, {}, {}};
   const auto& outs = fn.outputs();
+  if (is_collective(fn.name())) {
+    for (const at::Tensor& t : wait_for_collective(outs)) rec.forget_fingerprints(t);
+  }
   outputs.reserve(outs.size());
   for (std::size_t i = 0; i < outs.size(); ++i) {
     outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
