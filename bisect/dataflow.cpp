@@ -1,7 +1,5 @@
 #include "dataflow.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 
 namespace opguard::bisect {
@@ -13,27 +11,6 @@ namespace {
 constexpr std::size_t kMaxViews = 16;
 
 }  // namespace
-
-BitsState bits_state(const formats::TensorMeta& m) {
-  if (m.flags & formats::kTensorUninitialized) return BitsState::kUninitialized;
-  if (m.flags & formats::kTensorNotFingerprinted) return BitsState::kUnknown;
-  return BitsState::kHashed;
-}
-
-uint64_t view_geometry(const formats::TensorMeta& m) {
-  // dtype, offset, rank, sizes, strides: at most 3 + 2 * 64 words for the
-  // deepest tensors torch allows; longer ones hash their first 64 dimensions.
-  int64_t words[3 + 2 * 64];
-  const std::size_t nd = std::min<std::size_t>(m.sizes.size(), 64);
-  words[0] = static_cast<int64_t>(m.dtype);
-  words[1] = m.storage_offset;
-  words[2] = static_cast<int64_t>(m.sizes.size());
-  for (std::size_t i = 0; i < nd; ++i) {
-    words[3 + i] = m.sizes[i];
-    words[3 + nd + i] = i < m.strides.size() ? m.strides[i] : 0;
-  }
-  return XXH3_64bits(words, (3 + 2 * nd) * sizeof(int64_t));
-}
 
 BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
   auto it = storages_.find(m.storage_id);

@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "opguard/formats/recording.h"
+#include "opguard/formats/tensor_view.h"
 
 namespace opguard::bisect {
 
-// What a fingerprint field says about a tensor's bits.
-enum class BitsState : uint8_t { kHashed, kUninitialized, kUnknown };
-BitsState bits_state(const formats::TensorMeta& m);
-// Hash of dtype, storage offset, sizes and strides: which view of a storage.
-uint64_t view_geometry(const formats::TensorMeta& m);
+// Shared with free-running replay (formats/tensor_view.h).
+using formats::bits_state;
+using formats::BitsState;
+using formats::view_geometry;
 
 // Where a differing input's bits came from.
 struct BitsSource {
