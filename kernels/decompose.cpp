@@ -1,5 +1,6 @@
 #include "opguard/kernels/decompose.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -72,14 +73,16 @@ void reduce(const void* const* partials, int ranks, int64_t numel, const ReduceS
   std::vector<typename E::T> result(static_cast<std::size_t>(numel));
   std::vector<int> order(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) order[static_cast<std::size_t>(r)] = r;
-  for (int s = 0; s < (spec.order == ReduceOrder::kRing ? ranks : 1); ++s) {
-    Shard seg{0, numel};
+  for (int c = 0; c < (spec.order == ReduceOrder::kRing ? ranks : 1); ++c) {
+    Shard chunk{0, numel};
     if (spec.order == ReduceOrder::kRing) {
-      seg = shard_of(numel, ranks, s);
-      const int start = ((s + spec.ring_start) % ranks + ranks) % ranks;
-      for (int r = 0; r < ranks; ++r) order[static_cast<std::size_t>(r)] = (start + r) % ranks;
+      chunk = ring_chunk(numel, static_cast<int64_t>(sizeof(typename E::T)), ranks, c, spec.ring_max_segment_bytes);
+      // Chunk c travels c-1 -> c-2 -> ... -> c; each rank adds its own
+      // partial to what it received (addition commutes bitwise, so "own +
+      // received" is the same as the left fold in this order).
+      for (int r = 0; r < ranks; ++r) order[static_cast<std::size_t>(r)] = ((c - 1 - r) % ranks + ranks) % ranks;
     }
-    for (int64_t i = seg.begin; i < seg.end; ++i)
+    for (int64_t i = chunk.begin; i < chunk.end; ++i)
       result[static_cast<std::size_t>(i)] = spec.order == ReduceOrder::kTree ? sum_tree<E>(partials, ranks, i)
                                                                               : sum_in_order<E>(partials, order.data(), ranks, i);
   }
@@ -108,6 +111,20 @@ Shard shard_of(int64_t n, int parts, int i) {
   const int64_t base = n / parts, extra = n % parts;
   const int64_t begin = i * base + (i < extra ? i : extra);
   return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+Shard ring_chunk(int64_t numel, int64_t element_size, int ranks, int c, int64_t max_segment_bytes) {
+  OPGUARD_CHECK(ranks >= 1 && c >= 0 && c < ranks && element_size > 0 && numel >= 0);
+  // gloo/allreduce.cc, ring(): the segment size is a whole number of elements,
+  // and the segment count a multiple of the rank count, at least twice it.
+  const int64_t max_segment = element_size * std::max<int64_t>(1, max_segment_bytes / element_size);
+  const int64_t bytes = numel * element_size;
+  int64_t segments = std::max<int64_t>((bytes + max_segment - 1) / max_segment, 2 * int64_t{ranks});
+  segments = (segments + ranks - 1) / ranks * ranks;
+  const int64_t per_rank = segments / ranks;
+  const int64_t segment_elems = (numel + segments - 1) / segments;
+  const int64_t begin = std::min(numel, c * per_rank * segment_elems);
+  return {begin, std::min(numel, (c + 1) * per_rank * segment_elems)};
 }
 
 void reduce_partials(DType dtype, const void* const* partials, int ranks, int64_t numel, const ReduceSpec& spec,

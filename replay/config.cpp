@@ -58,6 +58,13 @@ std::vector<KnobInfo> make_table() {
   add("flush_denormal", "on|off", "flush denormal floats to zero (at::globalContext().setFlushDenormal)", false);
   add("blas_threads", "positive integer", "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS for the trial: BLAS "
       "(mm, addmm, bmm) blocking and summation order", true);
+  add("tp", "positive integer", "tensor-parallel split: the reduction dimension of mm, addmm, linear, matmul and "
+      "bmm cut into P shards, the op run per shard, partials summed in the reduce order (docs/KERNELS.md)", false);
+  add("microbatches", "positive integer", "data-parallel / accumulation split of a gradient over the batch: "
+      "backward weight gradients (mm of a transposed matrix) and sums over dim 0 cut into M micro-batches, "
+      "summed in the reduce order", false);
+  add("reduce", "sequential|ring|tree", "order the tp or microbatches partials are summed in (default: ring with "
+      "tp, sequential with microbatches); ring is the order Gloo's CPU all-reduce sums in", false);
   add("env:NAME", "any string", "sets environment variable NAME for the trial (MKL_CBWR, OMP_*, DNNL_*, ...); "
       "read by libraries at start-up", true);
   const char* gpu[][2] = {
@@ -117,7 +124,12 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
     if (v.rfind("cuda", 0) == 0) throw UsageError("device=" + v + " cannot be applied by this build: " + kNoCuda);
     throw UsageError("device=" + v + " is not a device: use cpu or cuda:N");
   }
-  if (knob == "threads" || knob == "blas_threads") return canonical_positive(knob, v);
+  if (knob == "threads" || knob == "blas_threads" || knob == "tp" || knob == "microbatches")
+    return canonical_positive(knob, v);
+  if (knob == "reduce") {
+    if (v == "sequential" || v == "ring" || v == "tree") return v;
+    throw UsageError("reduce=" + v + " is not a value of reduce: use sequential, ring or tree");
+  }
   if (knob == "mkldnn" || knob == "deterministic" || knob == "flush_denormal") return canonical_bool(knob, v);
   if (knob == "cpu_capability") {
     if (v == "default" || v == "avx2") return v;

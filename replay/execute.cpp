@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "decomposed.h"
 #include "execute.h"
 
 namespace opguard::replay::detail {
@@ -497,7 +498,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      handle->callBoxed(stack);
+      if (!run_decomposed(ev, settings, stack, &result.note)) handle->callBoxed(stack);
     } catch (const std::exception& e) {
       result.reason = CannotReason::kOpFailed;
       std::string what = e.what();

@@ -21,6 +21,11 @@ struct Settings {
   std::optional<bool> flush_denormal;
   std::optional<std::string> matmul_precision;  // highest | high | medium
   std::optional<DType> dtype;                   // cast floating inputs, cast outputs back
+  // Parallelism knobs (decomposed.h): shards of a matmul's reduction dimension,
+  // micro-batches of a gradient over the batch, and the order partials are
+  // summed in (sequential | ring | tree).
+  std::optional<int> tp, microbatches;
+  std::optional<std::string> reduce;
 };
 
 // One output value, flattened like the recorder flattens them (a tensor list
@@ -39,6 +44,7 @@ struct ExecResult {
   std::string message;
   std::vector<OutValue> outputs;
   double seconds = 0.0;
+  std::string note;  // what a parallelism knob did, or why it does not apply to this op
 };
 
 // `data[i]` holds the full contents of ev.inputs[i] (row-major) or is null:

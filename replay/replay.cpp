@@ -86,6 +86,9 @@ detail::Settings settings_of(const Config& c) {
   if (auto v = c.get("flush_denormal")) s.flush_denormal = *v == "on";
   if (auto v = c.get("float32_matmul_precision")) s.matmul_precision = *v;
   if (auto v = c.get("dtype")) s.dtype = dtype_from_name(*v);
+  if (auto v = c.get("tp")) s.tp = std::stoi(*v);
+  if (auto v = c.get("microbatches")) s.microbatches = std::stoi(*v);
+  if (auto v = c.get("reduce")) s.reduce = *v;
   return s;
 }
 
@@ -306,6 +309,7 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
       break;
     }
   }
+  if (!exec.note.empty()) r.message += (r.message.empty() ? "" : "; ") + exec.note;
   // A replay that differs where an uninitialised input's storage comes back as
   // a fingerprinted output: the bits the op saw there were written where the
   // recorder could not see them, so the difference says nothing about the op.

@@ -32,13 +32,30 @@ TEST_CASE("the three summation orders give their documented, different bits") {
   //   e0 = (1e8, 1, -1e8, 1)  e1 = (1, 1e8, 1, -1e8)  e2 = (1, 1, 1e8, -1e8)  e3 = ones
   // sequential: e0 ((1e8+1)-1e8)+1 = 1; e1 ((1+1e8)+1)-1e8 = 0; e2 ((1+1)+1e8)-1e8 = 0
   // tree:       e0 (1e8+1)+(-1e8+1) = 0; e1 likewise 0; e2 (1+1)+(1e8-1e8) = 2
-  // ring, start 1 (segment s = element s, summed from rank s+1):
-  //             e0 r1..r0: ((1-1e8)+1)+1e8 = 0; e1 r2..r1: 0; e2 r3..r2: ((-1e8+1)+1)+1e8 = 0
-  // ring, start 0 (from rank s): e0 = 1; e1 ((1e8+1)-1e8)+1 = 1; e2 ((1e8-1e8)+1)+1 = 2
+  // ring (Gloo's): 16 bytes make 8 segments of one element, two per rank, so
+  //             chunk 0 is e0,e1 summed from rank 3 down (3,2,1,0), chunk 1
+  //             is e2,e3 summed 0,3,2,1; chunks 2 and 3 are empty.
+  //             e0 ((1-1e8)+1)+1e8 = 0; e1 ((-1e8+1)+1e8)+1 = 1; e2 ((1-1e8)+1e8)+1 = 1
   CHECK(reduce({ReduceOrder::kSequential}) == std::vector<float>{1.0f, 0.0f, 0.0f, 4.0f});
   CHECK(reduce({ReduceOrder::kTree}) == std::vector<float>{0.0f, 0.0f, 2.0f, 4.0f});
-  CHECK(reduce({ReduceOrder::kRing, 1}) == std::vector<float>{0.0f, 0.0f, 0.0f, 4.0f});
-  CHECK(reduce({ReduceOrder::kRing, 0}) == std::vector<float>{1.0f, 1.0f, 2.0f, 4.0f});
+  CHECK(reduce({ReduceOrder::kRing}) == std::vector<float>{0.0f, 1.0f, 1.0f, 4.0f});
+}
+
+TEST_CASE("ring chunks follow Gloo's segmentation") {
+  // 1001 float32 over 4 ranks: 8 segments of 126 elements, two per rank.
+  CHECK(ring_chunk(1001, 4, 4, 0).end == 252);
+  CHECK(ring_chunk(1001, 4, 4, 3).begin == 756);
+  CHECK(ring_chunk(1001, 4, 4, 3).end == 1001);
+  // 7 and 5 elements over 4 ranks: 8 segments of one element; the last chunk
+  // is short, or empty.
+  CHECK(ring_chunk(7, 4, 4, 3).begin == 6);
+  CHECK(ring_chunk(7, 4, 4, 3).end == 7);
+  CHECK(ring_chunk(5, 4, 4, 2).end == 5);
+  CHECK(ring_chunk(5, 4, 4, 3).begin == ring_chunk(5, 4, 4, 3).end);
+  // 12,000,004 bytes exceed 8 segments of 1 MiB: 12 segments of 250,001
+  // elements, three per rank (with no segment limit it would be 8).
+  CHECK(ring_chunk(3000001, 4, 4, 1).begin == 750003);
+  CHECK(ring_chunk(3000001, 4, 4, 1, int64_t{1} << 40).begin == 750002);
 }
 
 TEST_CASE("a reduction may write into one of its partials") {

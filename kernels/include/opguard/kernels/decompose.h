@@ -11,12 +11,16 @@
 //   sequential  ((p_0 + p_1) + p_2) + ... + p_{P-1}          (gradient accumulation)
 //   tree        pairwise by rank: (p_0 + p_1) + (p_2 + p_3), and so on up; an
 //               odd one out at a level moves up unchanged
-//   ring        ring reduce-scatter: the elements are cut into P segments
-//               (torch.tensor_split sizes: the first numel % P are one longer);
-//               segment s is summed ((p_a + p_{a+1}) + p_{a+2}) + ... over ranks
-//               a = (s + ring_start) mod P onwards, wrapping round. NOT yet
-//               validated against Gloo or NCCL: ring_start and the segment
-//               cut are a model of a textbook ring reduce-scatter.
+//   ring        Gloo's ring all-reduce (gloo/allreduce.cc, the algorithm c10d's
+//               ProcessGroupGloo runs for CPU tensors): the bytes are cut into
+//               S = roundup(max(ceil(bytes / 1 MiB), 2P), P) segments of
+//               ceil(numel / S) elements (the last ones shorter or empty);
+//               chunk c is segments [c S/P, (c+1) S/P) and is reduce-scattered
+//               along the ring r -> r-1 starting at rank c-1, so its elements are
+//               p_{c-1}, then p_{c-2} + that, ..., then p_c + that (ranks mod P).
+//               Validated bit for bit against a real 2- and 4-process Gloo run
+//               (tests/kernels/gloo_validate.py, CTest kernels_gloo); NCCL's
+//               rings on GPUs are only modelled by it (docs/KERNELS.md).
 
 #include <cstdint>
 #include <optional>
@@ -33,7 +37,9 @@ std::optional<ReduceOrder> reduce_order_from_name(std::string_view name);
 
 struct ReduceSpec {
   ReduceOrder order = ReduceOrder::kSequential;
-  int ring_start = 1;  // ring only: see above (unvalidated default)
+  // ring only: Gloo's AllreduceOptions::kMaxSegmentSize, which sets the
+  // segment count and so where chunks begin.
+  int64_t ring_max_segment_bytes = int64_t{1} << 20;
 };
 
 // Sums `ranks` buffers of `numel` elements of `dtype` (float32, float64 or
@@ -49,6 +55,12 @@ struct Shard {
   int64_t begin = 0, end = 0;
 };
 Shard shard_of(int64_t n, int parts, int i);
+
+// The elements of chunk `c` (the chunk rank c ends up owning) of a ring
+// all-reduce of `numel` elements of `element_size` bytes over `ranks` ranks,
+// as described above.
+Shard ring_chunk(int64_t numel, int64_t element_size, int ranks, int c,
+                 int64_t max_segment_bytes = int64_t{1} << 20);
 
 // C[m][n] = sum_k A[m][k] B[k][n] (row-major float32) with K split into
 // `ranks` shards: each partial is a plain k-ascending dot product over its
