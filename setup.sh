@@ -12,7 +12,8 @@ VENV="$ROOT/.venv"
 TORCH_VERSION=2.11.0
 
 APT_PACKAGES="build-essential cmake ninja-build pkg-config git python3 python3-venv \
-  libhdf5-dev hdf5-tools libcli11-dev libfmt-dev doctest-dev libxxhash-dev nlohmann-json3-dev"
+  libhdf5-dev hdf5-tools libcli11-dev libfmt-dev doctest-dev libxxhash-dev nlohmann-json3-dev \
+  clang-14 libclang-rt-14-dev"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

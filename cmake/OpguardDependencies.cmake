@@ -9,6 +9,7 @@ if(OPGUARD_TESTS)
   find_package(doctest REQUIRED)
 endif()
 
+if(OPGUARD_TORCH)  # OFF: the torch-free sanitizer and fuzzing builds (tests/sanitize)
 # libtorch comes from the pip wheel (a CUDA 13.0 build). Its CMake config wants
 # the CUDA toolkit even though we only link the CPU libraries.
 if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
@@ -35,6 +36,7 @@ add_library(opguard_torch_cpu INTERFACE)
 target_include_directories(opguard_torch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 target_link_libraries(opguard_torch_cpu INTERFACE ${OPGUARD_TORCH_CPU} ${OPGUARD_C10})
 target_compile_options(opguard_torch_cpu INTERFACE -D_GLIBCXX_USE_CXX11_ABI=1)
+endif()
 
 # OPGUARD_CUDA: ON (fail without nvcc), OFF, or AUTO (build the CUDA kernels
 # where nvcc is found; the CPU build works without it). The resolved choice is

@@ -16,19 +16,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "opguard/formats/rerecord.h"
 #include "recorder_internal.h"
 
 extern char** environ;
 
 namespace opguard::record {
 namespace {
-
-// Environment variables that can change numerics or placement.
-constexpr const char* kEnvPrefixes[] = {
-    "OMP_",    "MKL_",    "KMP_",   "OPENBLAS_", "GOTO",     "BLIS_",   "ATEN_",  "TORCH_",
-    "PYTORCH_", "CUDA_",  "CUBLAS", "CUDNN_",    "NCCL_",    "NVIDIA_", "DNNL_",  "ONEDNN_",
-    "RANK",    "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_", "GLOO_",
-};
 
 std::string read_cmdline() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -128,12 +122,7 @@ void collect_run_info(formats::Manifest& m) {
     const char* eq = std::strchr(kv, '=');
     if (eq == nullptr) continue;
     std::string key(kv, eq - kv);
-    for (const char* prefix : kEnvPrefixes) {
-      if (key.rfind(prefix, 0) == 0) {
-        m.env[key] = eq + 1;
-        break;
-      }
-    }
+    if (formats::is_numerics_env(key)) m.env[key] = eq + 1;
   }
 }
 

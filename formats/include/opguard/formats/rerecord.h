@@ -2,7 +2,14 @@
 // The `opguard record --dump-around` command that re-records an event's window
 // with full tensors, built from what the manifest holds (record_command, cwd,
 // and the numerics environment). Runs under a fixed config are deterministic,
-// so the event keeps its id in the new recording. Used by diff and replay.
+// so the event keeps its id in the new recording. Used by diff and replay
+// (printed) and by bisect run (executed with the shell).
+//
+// A manifest is input like any other file: the command is built only from a
+// record_command in the form `opguard record` writes it (words as shell_quote
+// quotes them, one space apart: no unquoted shell syntax) and from environment
+// variables the recorder would have recorded (is_numerics_env). Anything else
+// in the manifest never reaches a shell.
 
 #include <string>
 
@@ -14,8 +21,19 @@ namespace opguard::formats {
 // only, else in single quotes.
 std::string shell_quote(const std::string& s);
 
-// "" when the manifest holds no record_command. The new recording goes to
-// RECORDING_DIR-around-EVENT_ID, beside the original.
+// Whether `text` is one or more words exactly as shell_quote writes them,
+// separated by single spaces: a shell reads it as those words and nothing else.
+bool is_shell_quoted_words(const std::string& text);
+
+// The environment variables that can change numerics or placement, which the
+// recorder stores in the manifest's /env: OMP_*, MKL_*, ATEN_*, TORCH_*, CUDA_*,
+// NCCL_*, RANK, WORLD_SIZE, MASTER_*, GLOO_*, ... (rerecord.cpp has the list).
+bool is_numerics_env(const std::string& name);
+
+// "" when the manifest holds no record_command, or one not in the form
+// `opguard record` writes. Environment entries other than is_numerics_env
+// names are left out. The new recording goes to RECORDING_DIR-around-EVENT_ID,
+// beside the original.
 std::string rerecord_command(const Manifest& manifest, const std::string& recording_dir, const std::string& event_id,
                              int radius, const std::string& opguard_command);
 

@@ -1,0 +1,95 @@
+// libFuzzer target over the recording readers (formats/). The input is one
+// file, read as a step file (every event and value, every /data tensor, through
+// both read_tensor overloads, then fingerprinted) and as a manifest. A crash, a
+// sanitizer report, or any exception but FormatError is a finding.
+//
+//   opguard_fuzz_recording -max_total_time=60 CORPUS SEEDS   (tests/fuzz/run_fuzzer.cmake)
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "opguard/kernels/fingerprint.h"
+
+namespace fmts = opguard::formats;
+
+namespace {
+
+// The readers take paths (HDF5 opens the file itself), so every input goes
+// through one scratch file of this process.
+const std::string& scratch_path() {
+  static const std::string path = [] {
+    const char* dir = std::getenv("TMPDIR");
+    std::atexit([] { ::unlink(scratch_path().c_str()); });
+    return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/opguard-fuzz-" +
+           std::to_string(::getpid()) + ".h5";
+  }();
+  return path;
+}
+
+void write_scratch(const uint8_t* data, std::size_t size) {
+  FILE* f = std::fopen(scratch_path().c_str(), "wb");
+  if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+    std::perror("opguard_fuzz_recording: cannot write its scratch file");
+    std::abort();
+  }
+}
+
+uint64_t fingerprint(const fmts::TensorData& t) {
+  opguard::kernels::TensorView view;
+  view.dtype = t.dtype;
+  view.sizes = t.sizes.data();
+  view.ndim = static_cast<int>(t.sizes.size());
+  view.data = t.bytes.data();
+  return opguard::kernels::fingerprint(view);
+}
+
+void read_step_file(const std::string& path) {
+  fmts::StepReader reader(path);
+  uint64_t sink = static_cast<uint64_t>(reader.rank()) ^ static_cast<uint64_t>(reader.step());
+  for (const fmts::Event& e : reader.events()) {
+    sink ^= e.id ^ e.schema.size() ^ fmts::event_id_string(e.id).size();
+    for (const auto* side : {&e.inputs, &e.outputs}) {
+      for (const fmts::Value& v : *side) {
+        sink ^= v.text.size() ^ std::string(fmts::value_kind_name(v.kind)).size();
+        if (!fmts::carries_tensor(v.kind)) continue;
+        sink ^= static_cast<uint64_t>(v.tensor.numel());
+        if (v.tensor.data_index < 0) continue;
+        try {
+          sink ^= fingerprint(reader.read_tensor(v.tensor));
+        } catch (const opguard::FormatError&) {
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < reader.data_count(); ++i) {
+    try {
+      sink ^= fingerprint(reader.read_tensor(static_cast<int64_t>(i)));
+    } catch (const opguard::FormatError&) {
+    }
+  }
+  // Keeps the reads from being optimised away.
+  if (sink == 0x5eed) std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  write_scratch(data, size);
+  const std::string& path = scratch_path();
+  try {
+    read_step_file(path);
+  } catch (const opguard::FormatError&) {
+  }
+  try {
+    fmts::Manifest m = fmts::read_manifest(path);
+    if (m.info.size() == 0x5eed) std::fputc('\n', stderr);
+  } catch (const opguard::FormatError&) {
+  }
+  return 0;
+}
