@@ -31,6 +31,7 @@ int run_cli(int argc, char** argv) {
   add_show_command(app, result);
   add_diff_command(app, result);
   add_replay_command(app, result);
+  add_repro_command(app, result);
   add_configs_command(app, result);
   try {
     app.parse(argc, argv);

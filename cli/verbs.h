@@ -18,6 +18,7 @@ void add_ls_command(CLI::App& app, VerbResult& result);
 void add_show_command(CLI::App& app, VerbResult& result);
 void add_diff_command(CLI::App& app, VerbResult& result);
 void add_replay_command(CLI::App& app, VerbResult& result);
+void add_repro_command(CLI::App& app, VerbResult& result);
 void add_configs_command(CLI::App& app, VerbResult& result);
 
 // The directory holding the running opguard executable.

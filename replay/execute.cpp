@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 
 #include "decomposed.h"
 #include "execute.h"
@@ -410,6 +411,113 @@ void add_output(const c10::IValue& iv, std::vector<OutValue>& out, const formats
   out.push_back(std::move(o));
 }
 
+// The argument as the op sees it, for CallArg: its layout and its elements in
+// row-major order.
+OutValue argument_bits(const at::Tensor& t) {
+  OutValue o;
+  o.kind = ValueKind::kTensor;
+  o.sizes.assign(t.sizes().begin(), t.sizes().end());
+  if (t.layout() == c10::kStrided) {
+    o.strides.assign(t.strides().begin(), t.strides().end());
+    o.storage_offset = t.storage_offset();
+  }
+  auto d = to_dtype(t.scalar_type());
+  if (d && t.layout() == c10::kStrided && t.device().is_cpu() && t.has_storage()) {
+    o.dtype = *d;
+    at::Tensor c = t.contiguous();
+    o.bytes.resize(static_cast<std::size_t>(c.numel()) * c.element_size());
+    if (!o.bytes.empty()) std::memcpy(o.bytes.data(), c.const_data_ptr(), o.bytes.size());
+    o.bytes_valid = true;
+  }
+  return o;
+}
+
+std::string list_text(const c10::IValue& iv) {
+  std::vector<OutValue> one;
+  formats::Event none;
+  add_output(iv, one, none, false);
+  return one.empty() ? std::string("[]") : one.front().text;
+}
+
+std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                                   const std::optional<at::Tensor>& default_state) {
+  std::vector<CallArg> out;
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < stack.size() && i < args.size(); ++i) {
+    CallArg a;
+    a.name = args[i].name();
+    a.type = args[i].real_type()->str();
+    a.kwarg_only = args[i].kwarg_only();
+    const c10::IValue& iv = stack[i];
+    const auto inner = unwrap_optional(args[i].real_type());
+    if (iv.isTensor()) {
+      const at::Tensor& t = iv.toTensor();
+      a.kind = t.defined() ? "tensor" : "none";
+      if (t.defined()) a.tensors.push_back(argument_bits(t));
+    } else if (iv.isGenerator()) {
+      a.kind = "generator";
+      a.tensors.push_back(argument_bits(iv.toGenerator().get_state()));
+    } else if (iv.isTensorList()) {
+      a.kind = "tensor_list";
+      for (const at::Tensor& t : iv.toTensorVector()) a.tensors.push_back(argument_bits(t));
+    } else if (iv.isList() && inner->cast<c10::ListType>() &&
+               unwrap_optional(inner->cast<c10::ListType>()->getElementType())->kind() == c10::TypeKind::TensorType) {
+      a.kind = "optional_tensor_list";
+      for (const auto& e : iv.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined()) a.tensors.push_back(argument_bits(e.toTensor()));
+        else a.tensors.emplace_back();  // kNone
+      }
+    } else if (iv.isIntList() || iv.isDoubleList() || iv.isBoolList() || iv.isList()) {
+      const auto elem = inner->cast<c10::ListType>() ? unwrap_optional(inner->cast<c10::ListType>()->getElementType())
+                                                    : c10::TypePtr(c10::IntType::get());
+      a.kind = iv.isDoubleList() || elem->kind() == c10::TypeKind::FloatType ? "double_list"
+               : iv.isBoolList() || elem->kind() == c10::TypeKind::BoolType  ? "bool_list"
+                                                                              : "int_list";
+      a.text = list_text(iv);
+    } else if (iv.isNone()) {
+      a.kind = "none";
+    } else if (iv.isInt() && inner->kind() == c10::TypeKind::ScalarTypeType) {
+      a.kind = "scalar_type";
+      a.code = iv.toInt();
+      auto d = to_dtype(static_cast<c10::ScalarType>(a.code));
+      a.text = d ? std::string(dtype_name(*d)) : std::to_string(a.code);
+    } else if (iv.isInt() && inner->kind() == c10::TypeKind::LayoutType) {
+      a.kind = "layout";
+      a.code = iv.toInt();
+      a.text = c10::toString(static_cast<c10::Layout>(a.code));
+    } else if (iv.isInt() && inner->kind() == c10::TypeKind::MemoryFormatType) {
+      a.kind = "memory_format";
+      a.code = iv.toInt();
+      std::ostringstream os;
+      os << static_cast<c10::MemoryFormat>(a.code);
+      a.text = os.str();
+    } else {
+      std::vector<OutValue> one;
+      formats::Event none;
+      add_output(iv, one, none, false);
+      a.text = one.front().text;
+      switch (one.front().kind) {
+        case ValueKind::kInt: a.kind = "int"; break;
+        case ValueKind::kDouble: a.kind = "double"; break;
+        case ValueKind::kBool: a.kind = "bool"; break;
+        case ValueKind::kComplex: a.kind = "complex"; break;
+        case ValueKind::kString: a.kind = "string"; break;
+        case ValueKind::kDevice: a.kind = "device"; break;
+        default: a.kind = "other"; break;
+      }
+    }
+    out.push_back(std::move(a));
+  }
+  if (default_state) {
+    CallArg a;
+    a.name = "<default_generator>";
+    a.kind = "default_generator";
+    a.tensors.push_back(argument_bits(*default_state));
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string process_cpu_capability() {
@@ -419,6 +527,33 @@ std::string process_cpu_capability() {
 }
 
 int process_threads() { return at::get_num_threads(); }
+
+std::vector<std::pair<std::string, std::string>> torch_environment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back("torch_version", TORCH_VERSION);
+  env.emplace_back("cpu_capability", process_cpu_capability());
+  env.emplace_back("threads", std::to_string(at::get_num_threads()));
+  // The build settings line of at::show_config(): "KEY=VALUE, KEY=VALUE, ...".
+  const std::string config = at::show_config();
+  auto setting = [&](const std::string& key) -> std::string {
+    const auto at_key = config.find(key + "=");
+    if (at_key == std::string::npos) return "";
+    const auto begin = at_key + key.size() + 1;
+    return config.substr(begin, config.find_first_of(",\n", begin) - begin);
+  };
+  for (const auto& [name, key] : {std::pair<const char*, const char*>{"cuda_version", "CUDA_VERSION"},
+                                  {"cudnn_version", "CUDNN_VERSION"},
+                                  {"blas", "BLAS_INFO"}}) {
+    const std::string v = setting(key);
+    if (!v.empty()) env.emplace_back(name, v);
+  }
+  if (setting("USE_NCCL") == "1" || setting("USE_NCCL") == "ON")
+    env.emplace_back("nccl", "built in (its version is not visible to a CPU trial)");
+  const auto dnnl = config.find("MKL-DNN v");
+  if (dnnl != std::string::npos)
+    env.emplace_back("mkldnn", config.substr(dnnl + 9, config.find_first_of(" \n", dnnl + 9) - dnnl - 9));
+  return env;
+}
 
 ExecResult execute(const formats::Event& ev, const std::vector<const formats::TensorData*>& data,
                    const Settings& settings) {
@@ -489,6 +624,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
                            "argument '" + args[arg].name() + "' is neither recorded nor defaulted"};
       stack.push_back(*args[arg].default_value());
     }
+    if (settings.capture_call) result.call = describe_call(schema, stack, default_state);
     SettingsScope scope(settings);
     at::NoGradGuard no_grad;
     if (default_state) {

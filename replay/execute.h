@@ -4,8 +4,10 @@
 // speed). Everything else (finding events, reading tensors, comparing,
 // child processes, JSON) stays out of torch's headers.
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opguard/formats/recording.h"
@@ -21,6 +23,7 @@ struct Settings {
   std::optional<bool> flush_denormal;
   std::optional<std::string> matmul_precision;  // highest | high | medium
   std::optional<DType> dtype;                   // cast floating inputs, cast outputs back
+  bool capture_call = false;                    // fill ExecResult::call
   // Parallelism knobs (decomposed.h): shards of a matmul's reduction dimension,
   // micro-batches of a gradient over the batch, and the order partials are
   // summed in (sequential | ring | tree).
@@ -37,6 +40,23 @@ struct OutValue {
   std::vector<int64_t> sizes, strides;
   std::vector<uint8_t> bytes;  // tensors: row-major contiguous
   bool bytes_valid = false;    // false: a dtype or device opguard cannot read back
+  int64_t storage_offset = 0;  // set for the arguments of CallArg only
+};
+
+// One argument exactly as the op received it (Settings::capture_call), for the
+// repro bundle: after defaults are filled in, slices applied and, with a dtype
+// knob, inputs cast.
+struct CallArg {
+  std::string name;  // schema argument name; "<default_generator>": the default CPU generator's state
+  std::string type;  // schema type as text ("Tensor", "int[1]", "ScalarType?")
+  bool kwarg_only = false;
+  // tensor, tensor_list, optional_tensor_list, none, int, double, bool,
+  // complex, string, int_list, double_list, bool_list, scalar_type, layout,
+  // memory_format, device, generator, default_generator
+  std::string kind;
+  std::string text;   // scalars: doubles in C99 hex, scalar types by dtype name, lists "[a,b]"
+  int64_t code = 0;   // scalar_type, layout, memory_format: the enum's integer value
+  std::vector<OutValue> tensors;  // the tensor, the list's elements (kNone for None), the generator state
 };
 
 struct ExecResult {
@@ -44,6 +64,7 @@ struct ExecResult {
   std::string message;
   std::vector<OutValue> outputs;
   double seconds = 0.0;
+  std::vector<CallArg> call;  // with Settings::capture_call, when the op ran
   std::string note;  // what a parallelism knob did, or why it does not apply to this op
 };
 
@@ -57,5 +78,11 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
 // at::get_cpu_capability() in lower case ("avx2"), as ATEN_CPU_CAPABILITY spells it.
 std::string process_cpu_capability();
 int process_threads();
+
+// What this process's libtorch is and runs on, for the repro bundle's
+// manifest: torch_version, cpu_capability, threads, and from the build
+// configuration cuda_version, cudnn_version, blas, mkldnn, nccl ("built in"
+// or absent).
+std::vector<std::pair<std::string, std::string>> torch_environment();
 
 }  // namespace opguard::replay::detail

@@ -219,6 +219,7 @@ std::string request_to_json(const Request& r) {
   j["expect_rank"] = r.expect_rank;
   j["slices"] = json::array();
   for (const auto& s : r.slices) j["slices"].push_back({s.argument, s.dim, s.start, s.length});
+  if (!r.save_dir.empty()) j["save_dir"] = r.save_dir;
   return j.dump();
 }
 
@@ -240,6 +241,7 @@ Request request_from_json(const std::string& text) {
       for (const auto& s : j.at("slices"))
         r.slices.push_back(InputSlice{s.at(0).get<int>(), s.at(1).get<int>(), s.at(2).get<int64_t>(),
                                       s.at(3).get<int64_t>()});
+    if (j.contains("save_dir")) r.save_dir = j.at("save_dir");
     return r;
   } catch (const json::exception& e) {
     throw UsageError(std::string("--child-trial takes the request JSON that opguard writes itself: ") + e.what());

@@ -22,6 +22,7 @@
 #include "opguard/formats/rerecord.h"
 #include "opguard/kernels/fingerprint.h"
 #include "replay_internal.h"
+#include "save.h"
 
 extern char** environ;
 
@@ -222,7 +223,7 @@ std::vector<OutputResult> sliced_outputs(const Event& ev, const std::vector<deta
 
 ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& expected,
                       const StepReader& expected_reader, const Config& config, int rank,
-                      const std::vector<InputSlice>& slices = {}) {
+                      const std::vector<InputSlice>& slices = {}, const std::string& save_dir = {}) {
   ReplayResult r;
   r.event = formats::event_id_string(ev.id);
   r.rank = rank;
@@ -263,7 +264,11 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
     r.input_bytes = 0;
     for (const auto& d : storage) r.input_bytes += d.bytes.size();
   }
-  auto exec = detail::execute(sliced ? *sliced : ev, data, settings_of(config));
+  auto settings = settings_of(config);
+  settings.capture_call = !save_dir.empty();
+  auto exec = detail::execute(sliced ? *sliced : ev, data, settings);
+  if (!save_dir.empty() && exec.reason == CannotReason::kNone)
+    detail::save_trial(save_dir, sliced ? *sliced : ev, exec, r.config);
   r.seconds = exec.seconds;
   if (exec.reason != CannotReason::kNone) {
     r.reason = exec.reason;
@@ -361,7 +366,7 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
       throw UsageError(fmt::format("event {} of {} is {}, not {} like event {}: --expect needs the same operator",
                                    req.expect_event, req.expect_dir, expect_event->op, loc.event->op, req.event));
     auto r = run_here(*loc.event, *loc.reader, expect_event ? *expect_event : *loc.event,
-                      expect_reader ? *expect_reader : *loc.reader, config, req.rank, req.slices);
+                      expect_reader ? *expect_reader : *loc.reader, config, req.rank, req.slices, req.save_dir);
     mark_child(r);
     out.results.push_back(std::move(r));
     return out;
@@ -453,6 +458,7 @@ ReplayResult replay_event(const std::string& recording_dir, const std::string& e
   auto req = base_request(recording_dir, options);
   req.mode = detail::Request::Mode::kEvent;
   req.event = event_id;
+  req.save_dir = options.save_dir;
   if (!options.expect_dir.empty() && options.expect_event.empty()) req.expect_event = event_id;
   locate(recording_dir, options.rank, event_id);  // an unknown event is a usage error in the parent
   auto out = run_request(req, options);

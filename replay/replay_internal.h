@@ -28,6 +28,7 @@ struct Request {
   std::string expect_dir, expect_event;
   int expect_rank = 0;
   std::vector<InputSlice> slices;
+  std::string save_dir;  // kEvent: ReplayOptions::save_dir
 };
 
 // Applies `slices` to a copy of an event's inputs: `inputs` are ev.inputs

@@ -132,6 +132,12 @@ struct ReplayOptions {
   int rank = 0;
   // Applied to the recorded inputs before the call (also in child trials).
   std::vector<InputSlice> slices;
+  // Non-empty: the trial (in this process or the child) also writes what the
+  // op received and returned to this directory, which it creates (its parent
+  // must exist) and which must not hold those files yet: inputs.h5,
+  // outputs.h5 and call.json (replay/save.h; the repro bundle's raw material).
+  // Only for replay_event.
+  std::string save_dir;
   // Knobs set over the recorded config. The trial runs under
   // recorded_config(...).overlaid(config) unless `from_recorded` is false.
   Config config;

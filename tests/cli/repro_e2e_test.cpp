@@ -1,0 +1,215 @@
+// opguard repro on the C++ example: record one dumped step, bundle the softmax
+// whose bits ATEN_CPU_CAPABILITY=default changes (PLATFORM.md, tests/replay),
+// then build the bundle's repro.cpp with CMake against the venv's libtorch,
+// run it and repro.py, and check that both say "reproduced" with the same
+// metrics; no absolute path of this machine in the bundle; refusals for
+// identical configs and for output directories that would write elsewhere.
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "../support/process.h"
+
+using opguard::testing::read_file;
+using opguard::testing::Result;
+using opguard::testing::run;
+using opguard::testing::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kOpguard = OPGUARD_BIN;
+const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
+const std::string kPython = OPGUARD_PYTHON_BIN;
+const std::string kCMake = OPGUARD_CMAKE_BIN;
+const std::string kSourceDir = OPGUARD_SOURCE_DIR;
+const std::string kBuildDir = OPGUARD_BUILD_DIR;
+
+// Knobs both configs set explicitly: the bundle must not depend on the
+// capability this machine would pick by itself (avx512 here, maybe not on CI).
+const std::string kGood = "cpu_capability=avx2";
+const std::string kBad = "cpu_capability=default";
+
+// The first aten::softmax of step 1 (dumped in full), read with h5py.
+std::string softmax_event(const TempDir& tmp, const std::string& rec) {
+  const std::string script =
+      "import h5py,sys\n"
+      "f=h5py.File(sys.argv[1]+'/rank0/step00000001.h5','r')\n"
+      "ops=[o.decode() if isinstance(o,bytes) else o for o in f['events/op'][:]]\n"
+      "print(int(f['events/id'][ops.index('aten::softmax')]))\n";
+  Result r = run({kPython, "-c", script, rec}, tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return r.out.substr(0, r.out.find('\n'));
+}
+
+// The lines that state metrics ("output 0 ... differ ..."), for comparing the two programs.
+std::vector<std::string> metric_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("output ", 0) == 0) lines.push_back(line);
+  return lines;
+}
+
+struct Recording {
+  TempDir tmp;
+  std::string rec, event;
+  Recording() {
+    rec = (tmp / "rec").string();
+    Result r = run({kOpguard, "record", "--out", rec, "--dump-steps", "1", "--", kTinyGpt, "--steps", "2"},
+                   tmp.path().string());
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    event = softmax_event(tmp, rec);
+  }
+};
+
+Recording& recording() {
+  static Recording r;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and reproduces, in C++ and in Python") {
+  auto& R = recording();
+  TempDir tmp;
+  const std::string bundle = (tmp / "bundle").string();
+  Result w = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", bundle},
+                 tmp.path().string());
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  for (const char* f : {"inputs.h5", "expected_good.h5", "expected_bad.h5", "manifest.json", "README.md", "repro.py",
+                        "repro.cpp", "CMakeLists.txt"})
+    CHECK(fs::is_regular_file(fs::path(bundle) / f));
+  // Nothing else: the trials' scratch directory is gone.
+  CHECK(std::distance(fs::directory_iterator(bundle), fs::directory_iterator{}) == 8);
+
+  std::ifstream mf(fs::path(bundle) / "manifest.json");
+  const auto manifest = nlohmann::json::parse(mf);
+  CHECK(manifest["format"] == "opguard-bundle/1");
+  CHECK(manifest["operator"]["name"] == "aten::softmax");
+  CHECK(manifest["knobs_found"] == nlohmann::json::array({"cpu_capability"}));
+  CHECK(manifest["good"]["config"].get<std::string>().find("cpu_capability=avx2") != std::string::npos);
+  CHECK(manifest["bad"]["config"].get<std::string>().find("cpu_capability=default") != std::string::npos);
+  CHECK(manifest["environment"]["torch_version"].get<std::string>().size() > 0);
+  // softmax(Tensor self, int dim, ScalarType? dtype): the non-tensor arguments are there.
+  REQUIRE(manifest["arguments"].size() == 3);
+  CHECK(manifest["arguments"][1]["kind"] == "int");
+  const int64_t differing = manifest["outputs"][0]["metrics"]["differing"];
+  CHECK(differing > 0);
+
+  // No absolute path of this machine in any file of the bundle.
+  for (const auto& e : fs::directory_iterator(bundle)) {
+    const std::string text = read_file(e.path().string());
+    for (const std::string& path : {tmp.path().string(), R.tmp.path().string(), kSourceDir, kBuildDir,
+                                    fs::path(kPython).parent_path().parent_path().string()}) {
+      INFO(e.path().filename().string() << " holds " << path);
+      CHECK(text.find(path) == std::string::npos);
+    }
+  }
+
+  // repro.py: torch and h5py only.
+  Result py = run({kPython, "repro.py", "--strict"}, bundle);
+  INFO(py.out << py.err);
+  CHECK(py.exit_code == 0);
+  CHECK(py.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);
+  const auto py_metrics = metric_lines(py.out);
+  REQUIRE(py_metrics.size() == 1);
+  CHECK(py_metrics[0].find(std::to_string(differing) + " of ") != std::string::npos);
+
+  // repro.cpp: CMake against the venv's libtorch and the system HDF5, then run.
+  Result prefix = run({kPython, "-c", "import torch;print(torch.utils.cmake_prefix_path)"}, tmp.path().string());
+  REQUIRE(prefix.exit_code == 0);
+  const std::string build = (tmp / "repro-build").string();
+  Result cfg = run({kCMake, "-S", bundle, "-B", build, "-DCMAKE_PREFIX_PATH=" + prefix.out.substr(0, prefix.out.find('\n'))},
+                   tmp.path().string());
+  INFO(cfg.out << cfg.err);
+  REQUIRE(cfg.exit_code == 0);
+  Result make = run({kCMake, "--build", build, "-j", "2"}, tmp.path().string());
+  INFO(make.out << make.err);
+  REQUIRE(make.exit_code == 0);
+  Result cpp = run({build + "/repro", bundle, "--strict"}, tmp.path().string());
+  INFO(cpp.out << cpp.err);
+  CHECK(cpp.exit_code == 0);
+  CHECK(cpp.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);
+  // The two programs measure the same divergence (same elements, ULP, errors).
+  CHECK(metric_lines(cpp.out) == py_metrics);
+
+  // opguard repro check re-runs repro.py and confirms it.
+  Result check = run({kOpguard, "repro", "check", bundle, "--python", kPython}, tmp.path().string());
+  INFO(check.out << check.err);
+  CHECK(check.exit_code == 0);
+  CHECK(check.out.find("still reproduces") != std::string::npos);
+
+  // A bundle whose expected bits are swapped no longer reproduces exactly:
+  // check fails (exit 4) and repro.py --strict exits 1.
+  const std::string swapped = (tmp / "swapped").string();
+  fs::copy(bundle, swapped);
+  fs::remove(fs::path(swapped) / "expected_good.h5");
+  fs::copy_file(fs::path(swapped) / "expected_bad.h5", fs::path(swapped) / "expected_good.h5");
+  Result bad_check = run({kOpguard, "repro", "check", swapped, "--python", kPython}, tmp.path().string());
+  INFO(bad_check.out << bad_check.err);
+  CHECK(bad_check.exit_code == 4);
+  CHECK(bad_check.out.find("DIFFER from expected_good.h5") != std::string::npos);
+}
+
+TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {
+  auto& R = recording();
+  TempDir tmp;
+  const std::string bundle = (tmp / "same").string();
+  Result w = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kGood, "-o", bundle},
+                 tmp.path().string());
+  INFO(w.out << w.err);
+  CHECK(w.exit_code == 4);
+  CHECK(w.err.find("nothing to reproduce") != std::string::npos);
+  CHECK_FALSE(fs::exists(bundle));
+}
+
+TEST_CASE("repro refuses output directories that would write outside them, and check refuses a foreign manifest") {
+  auto& R = recording();
+  TempDir tmp;
+  const std::string outside = (tmp / "outside.txt").string();
+  {
+    std::ofstream(outside) << "untouched";
+  }
+  // A directory holding a symlink where a bundle file would go.
+  const fs::path planted = tmp / "planted";
+  fs::create_directory(planted);
+  fs::create_symlink(outside, planted / "inputs.h5");
+  Result a = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", planted.string()},
+                 tmp.path().string());
+  INFO(a.err);
+  CHECK(a.exit_code == 2);
+  CHECK(a.err.find("not empty") != std::string::npos);
+  // -o itself a symlink to another directory.
+  fs::create_directory(tmp / "elsewhere");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "link");
+  Result b = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", (tmp / "link").string()},
+                 tmp.path().string());
+  INFO(b.err);
+  CHECK(b.exit_code == 2);
+  CHECK(b.err.find("symbolic link") != std::string::npos);
+  CHECK(fs::is_empty(tmp / "elsewhere"));
+  CHECK(read_file(outside) == "untouched");
+
+  // check: a manifest naming files outside the bundle is refused before anything runs.
+  const fs::path fake = tmp / "fake";
+  fs::create_directory(fake);
+  for (const char* f : {"inputs.h5", "expected_good.h5", "expected_bad.h5", "README.md", "repro.py", "repro.cpp",
+                        "CMakeLists.txt"})
+    std::ofstream(fake / f) << "x";
+  std::ofstream(fake / "manifest.json") << R"({"format": "opguard-bundle/1", "files": ["../outside.txt"]})";
+  Result c = run({kOpguard, "repro", "check", fake.string(), "--python", kPython}, tmp.path().string());
+  INFO(c.out << c.err);
+  CHECK(c.exit_code == 65);
+  Result d = run({kOpguard, "repro", "check", (tmp / "nothing-here").string(), "--python", kPython}, tmp.path().string());
+  CHECK(d.exit_code == 2);
+}
