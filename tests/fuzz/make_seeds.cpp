@@ -1,7 +1,7 @@
 // Writes the fuzzer's seed corpus with the real writers (StepWriter,
 // write_manifest): small step files whose events hold every value kind, views,
 // tensor lists and full tensors of several dtypes and shapes, an empty step file
-// and a manifest. Usage: opguard_fuzz_seeds DIR
+// a manifest and a bundle tensor file. Usage: opguard_fuzz_seeds DIR
 
 #include <cstdio>
 #include <exception>
@@ -11,6 +11,9 @@
 
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
+#ifdef OPGUARD_FUZZ_TENSOR_FILE
+#include "opguard/formats/tensor_file.h"
+#endif
 
 namespace fmts = opguard::formats;
 using opguard::DType;
@@ -120,6 +123,22 @@ int main(int argc, char** argv) {
     m.info = {{"program", "train.py"}, {"argv", "[\"train.py\",\"--steps\",\"2\"]"}, {"threads", "2"}};
     m.env = {{"ATEN_CPU_CAPABILITY", "avx2"}};
     fmts::write_manifest((dir / "manifest.h5").string(), m);
+#ifdef OPGUARD_FUZZ_TENSOR_FILE
+    std::vector<fmts::StoredTensor> tensors(3);
+    tensors[0].name = "arg0_self";
+    tensors[0].sizes = {2, 2};
+    tensors[0].strides = {1, 2};
+    tensors[0].bytes.assign(16, 0x3f);
+    tensors[1].name = "out0";
+    tensors[1].dtype = DType::kBFloat16;
+    tensors[1].bytes = {0x80, 0x3f};
+    tensors[2].name = "empty";
+    tensors[2].dtype = DType::kInt64;
+    tensors[2].sizes = {0, 3};
+    tensors[2].strides = {3, 1};
+    std::filesystem::remove(dir / "tensors.h5");
+    fmts::write_tensor_file((dir / "tensors.h5").string(), tensors);
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "opguard_fuzz_seeds: %s\n", e.what());
     return 1;

@@ -1,7 +1,8 @@
-// libFuzzer target over the recording readers (formats/). The input is one
-// file, read as a step file (every event and value, every /data tensor, through
-// both read_tensor overloads, then fingerprinted) and as a manifest. A crash, a
-// sanitizer report, or any exception but FormatError is a finding.
+// libFuzzer target over the recording and bundle readers (formats/). The input
+// is one file, read as a step file (every event and value, every /data tensor,
+// through both read_tensor overloads, then fingerprinted), as a manifest and,
+// where formats has it, as a repro bundle's tensor file (tensor_file.h). A
+// crash, a sanitizer report, or any exception but FormatError is a finding.
 //
 //   opguard_fuzz_recording -max_total_time=60 CORPUS SEEDS   (tests/fuzz/run_fuzzer.cmake)
 
@@ -15,6 +16,9 @@
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 #include "opguard/kernels/fingerprint.h"
+#ifdef OPGUARD_FUZZ_TENSOR_FILE
+#include "opguard/formats/tensor_file.h"
+#endif
 
 namespace fmts = opguard::formats;
 
@@ -91,5 +95,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     if (m.info.size() == 0x5eed) std::fputc('\n', stderr);
   } catch (const opguard::FormatError&) {
   }
+#ifdef OPGUARD_FUZZ_TENSOR_FILE
+  try {
+    // A bound far below the default: the fuzzer's memory limit is 2 GiB.
+    for (const fmts::StoredTensor& t : fmts::read_tensor_file(path, uint64_t{1} << 26)) {
+      if (t.bytes.size() == 0x5eed) std::fputc('\n', stderr);
+    }
+  } catch (const opguard::FormatError&) {
+  }
+#endif
   return 0;
 }
