@@ -43,7 +43,10 @@ endif()
 # OPGUARD_CUDA_ENABLED.
 include(CheckLanguage)
 set(OPGUARD_CUDA_ENABLED OFF)
-if(OPGUARD_CUDA STREQUAL "AUTO" OR OPGUARD_CUDA)
+if(OPGUARD_CUDA STREQUAL "AUTO" AND (OPGUARD_SANITIZE OR OPGUARD_FUZZ))
+  # The sanitizer and fuzzing sub-builds instrument host code only.
+  message(STATUS "opguard: CUDA kernels off (OPGUARD_CUDA=AUTO in a sanitizer or fuzzing build)")
+elseif(OPGUARD_CUDA STREQUAL "AUTO" OR OPGUARD_CUDA)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(OPGUARD_CUDA_ENABLED ON)
@@ -62,9 +65,31 @@ if(OPGUARD_CUDA_ENABLED)
   if(NOT OPGUARD_CUDA_ARCHITECTURES)
     set(OPGUARD_CUDA_ARCHITECTURES 90)  # H200; pass e.g. "80;90" for more
   endif()
+  # nvcc and the toolkit libraries must be one CUDA version (torch's CMake
+  # config checks the same); the torch wheel's runtime is loaded beside ours.
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _opguard_nvcc_mm "${CMAKE_CUDA_COMPILER_VERSION}")
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _opguard_toolkit_mm "${CUDAToolkit_VERSION}")
+  if(NOT _opguard_nvcc_mm STREQUAL _opguard_toolkit_mm)
+    message(FATAL_ERROR "nvcc is CUDA ${CMAKE_CUDA_COMPILER_VERSION} but the toolkit libraries are "
+      "${CUDAToolkit_VERSION}: set CUDAToolkit_ROOT and CMAKE_CUDA_COMPILER to one installation")
+  endif()
   message(STATUS "opguard: CUDA kernels on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm ${OPGUARD_CUDA_ARCHITECTURES})")
-  # NCCL: the toolkit here ships nccl.h and libnccl.so.
+endif()
+
+# OPGUARD_NCCL: AUTO (with CUDA, where nccl.h and libnccl are found), ON (fail
+# without them), OFF. The toolkit here ships both. Resolved: OPGUARD_NCCL_ENABLED.
+set(OPGUARD_NCCL_ENABLED OFF)
+if(OPGUARD_CUDA_ENABLED AND (OPGUARD_NCCL STREQUAL "AUTO" OR OPGUARD_NCCL))
   find_path(OPGUARD_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_ROOT}/include)
   find_library(OPGUARD_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}/lib ${CUDAToolkit_ROOT}/lib64)
+  if(OPGUARD_NCCL_INCLUDE_DIR AND OPGUARD_NCCL_LIBRARY)
+    set(OPGUARD_NCCL_ENABLED ON)
+    message(STATUS "opguard: NCCL all-reduce replay on (${OPGUARD_NCCL_LIBRARY})")
+  elseif(NOT OPGUARD_NCCL STREQUAL "AUTO")
+    message(FATAL_ERROR "OPGUARD_NCCL=ON but nccl.h or libnccl was not found: install NCCL (the CUDA toolkit's, or "
+      "libnccl-dev) or set OPGUARD_NCCL_INCLUDE_DIR and OPGUARD_NCCL_LIBRARY")
+  endif()
+elseif(NOT OPGUARD_CUDA_ENABLED AND OPGUARD_NCCL AND NOT OPGUARD_NCCL STREQUAL "AUTO")
+  message(FATAL_ERROR "OPGUARD_NCCL=ON needs CUDA: set OPGUARD_CUDA=ON (or AUTO with nvcc installed)")
 endif()
 find_program(OPGUARD_PYTHON NAMES python3 python)
