@@ -33,6 +33,7 @@ int run_cli(int argc, char** argv) {
   add_replay_command(app, result);
   add_repro_command(app, result);
   add_configs_command(app, result);
+  add_bisect_command(app, result);
   try {
     app.parse(argc, argv);
     return result.exit_code;

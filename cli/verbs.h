@@ -20,6 +20,7 @@ void add_diff_command(CLI::App& app, VerbResult& result);
 void add_replay_command(CLI::App& app, VerbResult& result);
 void add_repro_command(CLI::App& app, VerbResult& result);
 void add_configs_command(CLI::App& app, VerbResult& result);
+void add_bisect_command(CLI::App& app, VerbResult& result);
 
 // The directory holding the running opguard executable.
 std::string executable_dir();

@@ -1,0 +1,237 @@
+// bisect run: two recordings in, a minimal repro bundle out. diff names the
+// first divergent operator; where the reference holds only its fingerprints,
+// both programs are re-recorded around it with full tensors (the command the
+// manifest holds; runs under a fixed config are deterministic, so the event
+// keeps its id); the reference's event is replayed under both runs' recorded
+// configs, bisect config names the knobs, shrink cuts the inputs, and
+// write_bundle writes what a kernel team runs.
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "opguard/bisect/bisect.h"
+#include "opguard/bisect/diff.h"
+#include "opguard/bisect/repro.h"
+#include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
+#include "opguard/formats/rerecord.h"
+#include "trials.h"
+
+namespace opguard::bisect {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+bool has_full_inputs(const formats::Event& ev) {
+  for (const auto& v : ev.inputs) {
+    if (!formats::carries_tensor(v.kind)) continue;
+    const auto& m = v.tensor;
+    if (m.flags & formats::kTensorUninitialized) continue;
+    if (m.numel() == 0) continue;
+    if ((m.flags & formats::kTensorHasData) == 0) return false;
+  }
+  return true;
+}
+
+formats::Manifest manifest_of(const std::string& dir, int rank) {
+  for (const auto& r : formats::scan_recording(dir).ranks)
+    if (r.rank == rank) return formats::read_manifest(r.manifest_path);
+  throw UsageError(fmt::format("{} has no rank {}: opguard ls lists its ranks", dir, rank));
+}
+
+// Runs the manifest's record command with --dump-around into
+// `work/<name>-around-ID`; returns that directory. Its output goes to a log
+// beside it, named in the error when it fails.
+std::string rerecord(const std::string& recording, int rank, const std::string& event, const fs::path& work,
+                     const std::string& name, const RunOptions& o) {
+  const auto m = manifest_of(recording, rank);
+  const std::string base = (work / name).string();
+  const std::string cmd = formats::rerecord_command(m, base, event, o.dump_radius, formats::shell_quote(o.self_exe));
+  if (cmd.empty())
+    throw FormatError(fmt::format("{} holds only fingerprints for event {} and its manifest has no record command: "
+                                  "re-record the program with --dump-around {} and run bisect on those recordings",
+                                  recording, event, event));
+  const std::string out = base + "-around-" + event;
+  const std::string log = out + ".log";
+  std::error_code ignored;
+  fs::remove_all(out, ignored);
+  const int rc = std::system(("(" + cmd + ") >" + formats::shell_quote(log) + " 2>&1").c_str());
+  if (rc != 0 || !fs::exists(out))
+    throw FormatError(fmt::format("re-recording {} around event {} failed (exit status {}): see {}", recording, event,
+                                  rc, log));
+  return out;
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+RunResult bisect_run(const RunOptions& o) {
+  const auto t_all = Clock::now();
+  RunResult result;
+  auto say = [&](const std::string& line) {
+    if (o.progress) o.progress(line);
+  };
+  auto stage = [&](const char* name, Clock::time_point t0) { result.stages.push_back(StageTime{name, since(t0)}); };
+  auto finish = [&]() -> RunResult& {
+    result.seconds = since(t_all);
+    return result;
+  };
+  if (o.out_dir.empty()) throw UsageError("bisect run needs an output directory (-o DIR)");
+  const fs::path out = fs::absolute(o.out_dir);
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw UsageError(fmt::format("{} exists and is not a directory: name a new one with -o", out.string()));
+  const fs::path work = out / "work";
+  std::error_code ec;
+  fs::create_directories(work, ec);
+  if (ec) throw IoError(fmt::format("cannot create {}: {}", work.string(), ec.message()));
+
+  // 1. diff
+  auto t0 = Clock::now();
+  say(fmt::format("diff {} {}", o.reference, o.suspect));
+  DiffOptions dopt;
+  dopt.rank = o.rank;
+  dopt.max_origins = 1;
+  dopt.opguard_command = o.self_exe;
+  const DiffReport report = diff_recordings(o.reference, o.suspect, dopt);
+  stage("diff", t0);
+  if (!report.first_divergent) {
+    result.status = report.diverged ? RunResult::Status::kNotReplayable : RunResult::Status::kNoDivergence;
+    result.message = report.diverged
+                         ? "the runs diverge, but no operator produced different bits from equal inputs (events "
+                           "only one run has, or a missing step): opguard diff shows them"
+                         : "the runs do not diverge: nothing to bisect";
+    return finish();
+  }
+  const DivergentEvent& fd = *report.first_divergent;
+  result.op = fd.op;
+  result.scope = fd.scope;
+  result.phase = fd.phase;
+  result.step = fd.step;
+  if (fd.cls == EventClass::kEntered || !fd.reference_id || !fd.suspect_id) {
+    result.status = RunResult::Status::kNotReplayable;
+    result.message = fmt::format("the first divergence entered {} without an operator producing it (data from "
+                                 "outside the recording): there is no op to replay; opguard diff shows where",
+                                 fd.op);
+    return finish();
+  }
+  result.event = *fd.reference_id;
+  say(fmt::format("first divergent operator: {} (event {}, step {}, {}{})", fd.op, result.event, fd.step, fd.phase,
+                  fd.scope.empty() ? "" : ", scope " + fd.scope));
+
+  // 2. full tensors, re-recorded if needed
+  t0 = Clock::now();
+  std::string ref = o.reference, sus = o.suspect;
+  std::string sus_event = *fd.suspect_id;
+  if (!has_full_inputs(detail::load_event(ref, o.rank, result.event))) {
+    say(fmt::format("re-recording both runs around event {} with full tensors (--dump-around {}:{})", result.event,
+                    result.event, o.dump_radius));
+    ref = rerecord(o.reference, o.rank, result.event, work, "reference", o);
+    sus = rerecord(o.suspect, o.rank, sus_event, work, "suspect", o);
+    const auto ev = detail::load_event(ref, o.rank, result.event);
+    if (ev.op != fd.op || !has_full_inputs(ev))
+      throw FormatError(fmt::format("the re-recording {} has {} at event {}, without full inputs, where the diff saw "
+                                    "{}: the program is not deterministic under its config", ref, ev.op,
+                                    result.event, fd.op));
+    stage("re-record", t0);
+    result.rerecorded = true;
+  }
+  result.recording = ref;
+
+  // 3. replay under both recorded configs
+  t0 = Clock::now();
+  const replay::Config good = replay::recorded_config(ref, o.rank);
+  const replay::Config bad = replay::recorded_config(sus, o.rank);
+  say(fmt::format("replaying event {} under the reference's config ({}) and the suspect's ({})", result.event,
+                  good.to_string(), bad.to_string()));
+  TrialTarget target{ref, result.event, o.rank, o.self_exe, {}};
+  {
+    replay::ReplayOptions ro;
+    ro.rank = o.rank;
+    ro.from_recorded = false;
+    ro.self_exe = o.self_exe;
+    ro.config = bad;
+    ro.expect_dir = sus;
+    ro.expect_event = sus_event;
+    ro.expect_rank = o.rank;
+    const auto r = replay::replay_event(ref, result.event, ro);
+    result.suspect_bits_explained = r.verdict == replay::Verdict::kReproduces;
+    if (r.verdict == replay::Verdict::kDiffers)
+      result.bundle_note = fmt::format("note: replayed under the suspect's recorded config, event {} does not give "
+                                       "the suspect's recorded bits ({}): something outside the recorded knobs "
+                                       "differs too", result.event, r.message);
+  }
+  stage("replay", t0);
+
+  // 4. bisect config
+  t0 = Clock::now();
+  say(fmt::format("bisect config: ddmin over {} differing knob(s)", config_differences(good, bad).size()));
+  result.config = bisect_config(ConfigSearchOptions{target, good, bad});
+  stage("bisect config", t0);
+  if (result.config->nothing_to_bisect) {
+    result.status = RunResult::Status::kNothingToBisect;
+    result.message = result.config->message;
+    return finish();
+  }
+  std::string knobs;
+  for (const auto& k : result.config->minimal) knobs += (knobs.empty() ? "" : ", ") + k.text();
+  say(fmt::format("knob set: {} ({} trials)", knobs, result.config->trial_count));
+
+  // 5. shrink, between good and good with only the knobs found
+  t0 = Clock::now();
+  const replay::Config minimal_bad = apply_changes(good, result.config->minimal);
+  say("shrinking the inputs while the two configs still differ");
+  ShrinkOptions sopt;
+  sopt.target = target;
+  sopt.good = good;
+  sopt.bad = minimal_bad;
+  sopt.max_trials = o.shrink_max_trials;
+  result.shrink = shrink_inputs(sopt);
+  stage("shrink", t0);
+  say(fmt::format("inputs {} -> {} bytes ({} trials)", result.shrink->original_bytes, result.shrink->final_bytes,
+                  result.shrink->trials));
+  result.status = RunResult::Status::kFound;
+  result.message = fmt::format("{}{} (event {}, step {}, {}) gives other bits when {}", fd.op,
+                               fd.scope.empty() ? "" : " in " + fd.scope, result.event, fd.step, fd.phase, knobs);
+
+  // 6. bundle
+  if (o.write_bundle) {
+    t0 = Clock::now();
+    const std::string bundle = (out / "bundle").string();
+    say("writing the repro bundle to " + bundle);
+    fs::remove_all(bundle, ec);
+    BundleSpec spec;
+    spec.recording_dir = ref;
+    spec.rank = o.rank;
+    spec.event = result.event;
+    spec.good = good;
+    spec.bad = minimal_bad;
+    for (const auto& k : result.config->minimal) spec.knobs_found.push_back(k.knob);
+    spec.slices = result.shrink->slices;
+    spec.finding = result.message + ".";
+    spec.self_exe = o.self_exe;
+    const BundleResult b = write_bundle(spec, bundle);
+    if (b.reproduced) {
+      result.bundle_dir = bundle;
+      if (!o.python.empty()) {
+        say("checking the bundle: repro.py");
+        CheckOptions copt;
+        copt.python = o.python;
+        const CheckResult c = check_bundle(bundle, copt);
+        result.bundle_note += std::string(result.bundle_note.empty() ? "" : "; ") +
+                              (c.reproduced ? "repro.py reproduces the divergence"
+                                            : "repro.py did NOT reproduce the divergence: " + c.message);
+      }
+    } else {
+      result.bundle_note += std::string(result.bundle_note.empty() ? "" : "; ") + "no bundle: " + b.message;
+    }
+    stage("bundle", t0);
+  }
+  return finish();
+}
+
+}  // namespace opguard::bisect

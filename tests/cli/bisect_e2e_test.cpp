@@ -1,0 +1,187 @@
+// opguard bisect on the real training programs of examples/: two runs that
+// differ in one numerics knob, `bisect run` must name that knob and only it,
+// shrink the inputs and write a bundle; `bisect config` over several changed
+// knobs keeps only the one that flips the bits; a knob that leaves the bits
+// alone is "nothing to bisect" (exit 4); bad input gets exit 2 or 65.
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "../support/process.h"
+
+using opguard::testing::Result;
+using opguard::testing::run;
+using opguard::testing::TempDir;
+
+namespace {
+
+const std::string kOpguard = OPGUARD_BIN;
+const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
+const std::string kPython = OPGUARD_PYTHON_BIN;
+const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
+
+void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
+            const std::vector<std::string>& env = {}) {
+  std::vector<std::string> cmd = {kOpguard, "record", "--out", out, "--"};
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  Result r = run(cmd, tmp.path().string(), env);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+nlohmann::json bisect_json(const TempDir& tmp, const std::vector<std::string>& args, int expect_exit) {
+  std::vector<std::string> cmd = {kOpguard, "bisect"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  cmd.push_back("--json");
+  Result r = run(cmd, tmp.path().string());
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == expect_exit);
+  return nlohmann::json::parse(r.out);
+}
+
+std::vector<std::string> minimal_knobs(const nlohmann::json& config) {
+  std::vector<std::string> k;
+  for (const auto& c : config["minimal"]) k.push_back(c["knob"]);
+  return k;
+}
+
+// `bisect run REF SUS` finds `knob` alone, shrinks, writes a bundle.
+nlohmann::json check_run(const TempDir& tmp, const std::string& ref, const std::string& sus, const std::string& knob,
+                         bool check_bundle = false) {
+  std::vector<std::string> args = {"run", ref, sus, "-o", tmp / "out"};
+  if (check_bundle) args.insert(args.end(), {"--check-with", kPython});
+  const auto j = bisect_json(tmp, args, 0);
+  CHECK(j["schema"] == "opguard-bisect/1");
+  CHECK(j["status"] == "found");
+  CHECK(minimal_knobs(j["config"]) == std::vector<std::string>{knob});
+  CHECK(j["config"]["one_minimal"] == true);
+  CHECK(j["suspect_bits_explained"] == true);
+  // The replayed recording holds full tensors: re-recorded beside the bundle.
+  CHECK(j["rerecorded"] == true);
+  CHECK(std::filesystem::exists(j["recording"].get<std::string>()));
+  // Shrunk inputs are no larger, and still give two different bit patterns.
+  const auto& s = j["shrink"];
+  CHECK(s["diverges"] == true);
+  CHECK(s["final_bytes"].get<uint64_t>() <= s["original_bytes"].get<uint64_t>());
+  CHECK(s["good_bits"] != s["bad_bits"]);
+  // Every slice makes its dimension smaller, and the final shapes say so.
+  for (const auto& sl : s["slices"]) {
+    const int a = sl["argument"], d = sl["dim"];
+    for (std::size_t i = 0; i < s["original"].size(); ++i) {
+      if (s["original"][i]["argument"] != a) continue;
+      CHECK(sl["length"].get<int64_t>() < s["original"][i]["sizes"][d].get<int64_t>());
+      CHECK(s["final"][i]["sizes"][d] == sl["length"]);
+    }
+  }
+  std::vector<std::string> stages;
+  for (const auto& st : j["stages"]) stages.push_back(st["stage"]);
+  CHECK(stages == std::vector<std::string>{"diff", "re-record", "replay", "bisect config", "shrink", "bundle"});
+  const std::string bundle = j["bundle"];
+  REQUIRE_FALSE(bundle.empty());
+  CHECK(std::filesystem::exists(std::filesystem::path(bundle) / "repro.py"));
+  CHECK(std::filesystem::exists(std::filesystem::path(bundle) / "inputs.h5"));
+  if (check_bundle) CHECK(j["bundle_note"].get<std::string>().find("repro.py reproduces") != std::string::npos);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("bisect run on the C++ example, 2 vs 1 intra-op threads, names threads alone and shrinks the inputs") {
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kTinyGpt, "--steps", "2", "--threads", "2"});
+  record(tmp, tmp / "sus", {kTinyGpt, "--steps", "2", "--threads", "1"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "threads", true);
+  CHECK(j["config"]["minimal"][0]["good"] == "2");
+  CHECK(j["config"]["minimal"][0]["bad"] == "1");
+  // A reduction split over 2 threads needs rows, not all of them.
+  CHECK(j["shrink"]["final_bytes"].get<uint64_t>() < j["shrink"]["original_bytes"].get<uint64_t>());
+  // Text output and progress lines (stderr is not a terminal here).
+  Result r = run({kOpguard, "bisect", "run", tmp / "ref", tmp / "sus", "-o", tmp / "out2"}, tmp.path().string());
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("finding: ") != std::string::npos);
+  CHECK(r.out.find("threads: 2 -> 1") != std::string::npos);
+  CHECK(r.out.find("bundle   ") != std::string::npos);
+  CHECK(r.err.find("opguard bisect: [") != std::string::npos);
+  CHECK(r.err.find("first divergent operator: ") != std::string::npos);
+}
+
+TEST_CASE("bisect run on the C++ example, ATEN_CPU_CAPABILITY default vs avx2, names cpu_capability alone; bisect "
+          "config over three changed knobs keeps only it; a knob that leaves the op alone is nothing to bisect") {
+  TempDir tmp;
+  const std::vector<std::string> prog = {kTinyGpt, "--steps", "2", "--threads", "1"};
+  record(tmp, tmp / "ref", prog, {"ATEN_CPU_CAPABILITY=avx2"});
+  record(tmp, tmp / "sus", prog, {"ATEN_CPU_CAPABILITY=default"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "cpu_capability");
+  const std::string rec = j["recording"], event = j["event"];
+
+  // Three knobs changed; only the capability flips this op's bits.
+  const auto c = bisect_json(tmp, {"config", rec, "--event", event, "--bad",
+                                   "threads=2,cpu_capability=default,mkldnn=off"}, 0);
+  CHECK(c["differences"].size() == 3);
+  CHECK(minimal_knobs(c) == std::vector<std::string>{"cpu_capability"});
+  CHECK(c["one_minimal"] == true);
+  // Each trial is classified; the bad config with the capability removed is not bad.
+  bool saw_good_without_capability = false;
+  for (const auto& t : c["trials"]) {
+    const auto& k = t["knobs"];
+    const bool has_cap = std::find(k.begin(), k.end(), "cpu_capability") != k.end();
+    if (!has_cap && !k.empty()) saw_good_without_capability = saw_good_without_capability || t["outcome"] == "good";
+    if (has_cap) CHECK(t["outcome"] == "bad");
+  }
+  CHECK(saw_good_without_capability);
+  CHECK(c["trial_count"].get<int>() <= 8);  // 2^3 subsets at most, cached
+
+  // mkldnn alone leaves it: nothing to bisect, exit 4.
+  const auto n = bisect_json(tmp, {"config", rec, "--event", event, "--bad", "mkldnn=off"}, 4);
+  CHECK(n["nothing_to_bisect"] == true);
+  CHECK(n["minimal"].empty());
+  bisect_json(tmp, {"shrink", rec, "--event", event, "--bad", "mkldnn=off"}, 4);
+
+  // shrink on its own: strictly smaller inputs where the capability still shows.
+  const auto s = bisect_json(tmp, {"shrink", rec, "--event", event, "--bad", "cpu_capability=default"}, 0);
+  CHECK(s["diverges"] == true);
+  CHECK(s["final_bytes"].get<uint64_t>() < s["original_bytes"].get<uint64_t>());
+}
+
+TEST_CASE("bisect run on the Python example, 2 vs 1 intra-op threads, names threads alone") {
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kPython, kTinyGptPy, "--steps", "2", "--threads", "2"});
+  record(tmp, tmp / "sus", {kPython, kTinyGptPy, "--steps", "2", "--threads", "1"});
+  check_run(tmp, tmp / "ref", tmp / "sus", "threads");
+}
+
+TEST_CASE("bisect run on the Python example, ATEN_CPU_CAPABILITY default vs avx2, names cpu_capability alone") {
+  TempDir tmp;
+  const std::vector<std::string> prog = {kPython, kTinyGptPy, "--steps", "2", "--threads", "1"};
+  record(tmp, tmp / "ref", prog, {"ATEN_CPU_CAPABILITY=avx2"});
+  record(tmp, tmp / "sus", prog, {"ATEN_CPU_CAPABILITY=default"});
+  check_run(tmp, tmp / "ref", tmp / "sus", "cpu_capability");
+}
+
+TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2 or 65 with one line") {
+  TempDir tmp;
+  record(tmp, tmp / "a", {kTinyGpt, "--steps", "1", "--threads", "1"});
+  record(tmp, tmp / "b", {kTinyGpt, "--steps", "1", "--threads", "1"});
+  const auto j = bisect_json(tmp, {"run", tmp / "a", tmp / "b", "-o", tmp / "out"}, 4);
+  CHECK(j["status"] == "no-divergence");
+  CHECK(j["bundle"] == "");
+  CHECK_FALSE(std::filesystem::exists(tmp / "out/bundle"));
+  Result r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "bisect", "config", tmp / "a", "--event", "999999", "--bad", "threads=2"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  r = run({kOpguard, "bisect", "config", tmp / "a", "--event", "1", "--bad", "warp=9"}, tmp.path().string());
+  CHECK(r.exit_code == 2);
+  // Event 1 has only fingerprints in this recording.
+  r = run({kOpguard, "bisect", "config", tmp / "a", "--event", "1", "--bad", "threads=2"}, tmp.path().string());
+  INFO(r.err);
+  CHECK(r.exit_code == 65);
+  CHECK(r.err.find("cannot be replayed") != std::string::npos);
+  r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "nothing", "-o", tmp / "o3"}, tmp.path().string());
+  CHECK(r.exit_code == 65);
+}
