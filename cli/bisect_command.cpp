@@ -32,6 +32,8 @@ constexpr const char* kHelp = R"(Bisect a divergent operator (docs/BISECT.md).
     when needed -> replay under both runs' recorded configs -> bisect config
     -> shrink -> repro bundle in DIR/bundle. Re-recordings go to DIR/work.
 
+  opguard bisect window REC --from ID --to ID ...   (opguard bisect window --help)
+
 --good and --bad are knobs set over the recording's recorded config
 (opguard configs lists the knobs); omitted, --good is the recorded config.
 
@@ -144,6 +146,7 @@ void add_bisect_command(CLI::App& app, VerbResult& result) {
   run->add_option("--check-with", o->check_python, "Run the bundle's repro.py with this Python to check it");
   common(run);
   run->callback([o, &result] { result.exit_code = run_pipeline(*o); });
+  add_bisect_window_subcommand(*sub, result);  // bisect_window_command.cpp
 }
 
 }  // namespace opguard::cli

@@ -33,6 +33,13 @@ Examples:
   opguard replay runA --event 1234 --config cpu_capability=default --expect runB --expect-event 1230
   opguard replay runB2 --all
   opguard replay runB2 --event 1234 --window 20
+  opguard replay runB2 --event 1234 --window 20 --free-running
+
+--window N replays N consecutive events of the event's thread, each with its
+recorded inputs (teacher-forced); with --free-running, an input that the
+recording shows reading an earlier window event's output gets the replayed
+bits instead (docs/REPLAY.md says what is linked). Either way it stops after
+the first event that differs and names it.
 
 Exit code: 0 the replay reproduces the recorded bits (--all, --window: every
 event replayed does), 3 it differs, 65 the event cannot be replayed (inputs not
@@ -50,6 +57,7 @@ std::string result_text(const replay::ReplayResult& r, bool detail) {
                               r.overload.empty() ? "" : "." + r.overload, r.scope.empty() ? "" : "  [" + r.scope + "]");
   t += fmt::format("  config   {}{}\n", r.config.empty() ? "(as recorded)" : r.config,
                    r.child_process ? "  (child process)" : "");
+  if (r.fed_inputs > 0) t += fmt::format("  inputs   {} fed from earlier replayed events (free-running)\n", r.fed_inputs);
   std::string verdict = replay::verdict_name(r.verdict);
   if (r.verdict == replay::Verdict::kCannotReplay) verdict += fmt::format(" ({})", replay::cannot_reason_name(r.reason));
   t += fmt::format("  verdict  {}{}\n", verdict, r.message.empty() ? "" : ": " + r.message);
@@ -86,7 +94,7 @@ struct Options {
   std::string dir, event, config, expect, expect_event, child_request;
   int rank = 0, expect_rank = 0;
   int64_t window = 0;
-  bool all = false, json = false, verbose = false, ignore_recorded = false;
+  bool all = false, json = false, verbose = false, ignore_recorded = false, free_running = false;
 };
 
 replay::ReplayOptions library_options(const Options& o) {
@@ -98,6 +106,7 @@ replay::ReplayOptions library_options(const Options& o) {
   r.expect_dir = o.expect;
   r.expect_event = o.expect_event;
   r.expect_rank = o.expect_rank;
+  r.free_running = o.free_running;
   return r;
 }
 
@@ -186,6 +195,8 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--event,-e", o->event, "Event id (the first one with --window)");
   sub->add_flag("--all", o->all, "Replay every event whose inputs the recording holds in full");
   sub->add_option("--window", o->window, "Replay N consecutive events from --event, teacher-forced; stop at the first that differs");
+  sub->add_flag("--free-running", o->free_running,
+                "--window: feed the replayed outputs to the later events that read them (default: teacher-forced)");
   sub->add_option("--rank", o->rank, "Rank (default 0)");
   sub->add_option("--config,-c", o->config, "Knobs set over the recorded config: k=v,... (opguard configs lists them)");
   sub->add_flag("--ignore-recorded-config", o->ignore_recorded, "Run under this process's settings plus --config only");
@@ -206,6 +217,7 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
     if (modes > 1) throw UsageError("--all and --window exclude each other");
     if (!o->all && o->event.empty()) throw UsageError("replay needs --event ID, or --all");
     if (o->all && !o->expect.empty()) throw UsageError("--expect compares one event: use it with --event");
+    if (o->free_running && o->window <= 0) throw UsageError("--free-running needs --window N");
     if (o->all || o->window > 0) result.exit_code = run_many(*o);
     else result.exit_code = run_one(*o);
   });

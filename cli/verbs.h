@@ -21,6 +21,8 @@ void add_replay_command(CLI::App& app, VerbResult& result);
 void add_repro_command(CLI::App& app, VerbResult& result);
 void add_configs_command(CLI::App& app, VerbResult& result);
 void add_bisect_command(CLI::App& app, VerbResult& result);
+// `opguard bisect window`, added by add_bisect_command to its subcommand.
+void add_bisect_window_subcommand(CLI::App& bisect, VerbResult& result);
 
 // The directory holding the running opguard executable.
 std::string executable_dir();

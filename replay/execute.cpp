@@ -9,16 +9,19 @@
 #include <ATen/record_function.h>
 #include <torch/headeronly/version.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 
 #include "decomposed.h"
 #include "execute.h"
+#include "strided.h"
 
 namespace opguard::replay::detail {
 namespace {
@@ -109,8 +112,11 @@ std::vector<std::string> list_items(const std::string& text) {
 // The recorded layout rebuilt: a zero-filled storage large enough for the
 // recorded sizes, strides and storage offset, the row-major bits scattered into
 // it, and a strided view on it. Zero fill makes bytes outside the view (and
-// uninitialised buffers) the same in every trial.
-at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, const std::string& what) {
+// uninitialised buffers) the same in every trial. `shared` (optional) is the
+// storage of inputs that alias each other (see shared_storages): then the view
+// is made on it, and it already holds the bits.
+at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, const std::string& what,
+                       const at::Tensor* shared = nullptr) {
   if (m.device != "cpu")
     throw CannotReplay{CannotReason::kUnsupportedValue,
                        what + " was recorded on " + m.device + "; this build replays on the CPU only"};
@@ -120,44 +126,63 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
   if (static_cast<int>(m.strides.size()) != ndim)
     throw CannotReplay{CannotReason::kUnsupportedValue, what + " has no recorded strides"};
   const int64_t numel = m.numel();
-  int64_t extent = m.storage_offset;
-  if (numel > 0) {
-    extent += 1;
-    for (int d = 0; d < ndim; ++d) extent += (m.sizes[d] - 1) * m.strides[d];
-  }
-  at::Tensor storage = at::zeros({extent}, at::TensorOptions().dtype(*st));
-  if (data != nullptr && numel > 0) {
+  at::Tensor storage = shared != nullptr ? *shared : at::zeros({storage_extent(m)}, at::TensorOptions().dtype(*st));
+  if (data != nullptr && numel > 0 && shared == nullptr) {
     const std::size_t es = dtype_size(m.dtype);
     if (data->bytes.size() != static_cast<std::size_t>(numel) * es)
       throw CannotReplay{CannotReason::kInputsNotRecorded, what + ": the stored tensor has the wrong size"};
-    auto* base = static_cast<uint8_t*>(storage.data_ptr()) + m.storage_offset * es;
-    // Walk the elements in row-major order; overlapping views (stride 0) get
-    // the same bits several times, which is what the recording saw.
-    std::vector<int64_t> index(ndim, 0);
-    const uint8_t* src = data->bytes.data();
-    const int64_t inner = ndim > 0 ? m.sizes[ndim - 1] : 1;
-    const int64_t inner_stride = ndim > 0 ? m.strides[ndim - 1] : 0;
-    for (int64_t done = 0; done < numel; done += inner) {
-      int64_t offset = 0;
-      for (int d = 0; d + 1 < ndim; ++d) offset += index[d] * m.strides[d];
-      uint8_t* dst = base + offset * es;
-      if (inner_stride == 1) {
-        std::memcpy(dst, src, inner * es);
-      } else {
-        for (int64_t j = 0; j < inner; ++j) std::memcpy(dst + j * inner_stride * es, src + j * es, es);
-      }
-      src += inner * es;
-      for (int d = ndim - 2; d >= 0; --d) {
-        if (++index[d] < m.sizes[d]) break;
-        index[d] = 0;
-      }
-    }
+    // Overlapping views (stride 0) get the same bits several times, which is
+    // what the recording saw.
+    scatter_view(m, es, data->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
   }
   // set_ rather than as_strided: the result owns its storage and is not a view,
   // like the tensors ops such as detach_ insist on.
   at::Tensor t = at::empty({0}, storage.options());
   t.set_(storage.storage(), m.storage_offset, m.sizes, m.strides);
   return t;
+}
+
+// Inputs the recording shows sharing one storage (the same storage id: the
+// same tensor passed twice, a view of another input, an in-place op on a view
+// of its other argument) get one rebuilt storage, so that an in-place op
+// writes where the other input reads, as it did when recorded. Only tensors of
+// one dtype on the CPU are grouped; a storage seen through two dtypes (a
+// reinterpreting view) is rebuilt once per input, as before. Keyed by storage
+// id; inputs with a storage of their own are absent.
+std::map<uint64_t, at::Tensor> shared_storages(const formats::Event& ev,
+                                               const std::vector<const formats::TensorData*>& data) {
+  std::map<uint64_t, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
+    const Value& v = ev.inputs[i];
+    if (v.kind == ValueKind::kTensor && v.tensor.storage_id != 0 && v.tensor.device == "cpu" &&
+        v.tensor.strides.size() == v.tensor.sizes.size())
+      groups[v.tensor.storage_id].push_back(i);
+  }
+  std::map<uint64_t, at::Tensor> shared;
+  for (const auto& [id, members] : groups) {
+    if (members.size() < 2) continue;
+    const DType dtype = ev.inputs[members.front()].tensor.dtype;
+    int64_t extent = 0;
+    bool one_dtype = true;
+    for (std::size_t i : members) {
+      one_dtype = one_dtype && ev.inputs[i].tensor.dtype == dtype;
+      extent = std::max(extent, storage_extent(ev.inputs[i].tensor));
+    }
+    auto st = to_scalar_type(dtype);
+    if (!one_dtype || !st) continue;
+    at::Tensor storage = at::zeros({extent}, at::TensorOptions().dtype(*st));
+    const std::size_t es = dtype_size(dtype);
+    for (std::size_t i : members) {
+      const TensorMeta& m = ev.inputs[i].tensor;
+      if (data[i] == nullptr || m.numel() <= 0) continue;
+      if (data[i]->bytes.size() != static_cast<std::size_t>(m.numel()) * es)
+        throw CannotReplay{CannotReason::kInputsNotRecorded,
+                           "argument '" + ev.inputs[i].name + "': the stored tensor has the wrong size"};
+      scatter_view(m, es, data[i]->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
+    }
+    shared.emplace(id, storage);
+  }
+  return shared;
 }
 
 at::Tensor state_tensor(const Value& v, const formats::TensorData* data) {
@@ -575,6 +600,12 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
   try {
     torch::jit::Stack stack;
     std::optional<at::Tensor> default_state;
+    const auto shared = shared_storages(ev, data);
+    std::vector<std::pair<std::size_t, at::Tensor>> mutated;  // ev.inputs index, the tensor the op writes
+    auto shared_of = [&](const TensorMeta& m) -> const at::Tensor* {
+      auto it = shared.find(m.storage_id);
+      return m.storage_id != 0 && it != shared.end() ? &it->second : nullptr;
+    };
     std::size_t arg = 0;
     for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
       const Value& v = ev.inputs[i];
@@ -588,7 +619,9 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       const auto& type = args[arg].real_type();
       ++arg;
       if (v.kind == ValueKind::kTensor) {
-        stack.emplace_back(cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'"), settings));
+        stack.emplace_back(
+            cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'", shared_of(v.tensor)), settings));
+        if (v.mutated) mutated.emplace_back(i, stack.back().toTensor());
       } else if (v.kind == ValueKind::kGenerator) {
         auto gen = at::detail::createCPUGenerator();
         gen.set_state(state_tensor(v, data[i]));
@@ -605,7 +638,8 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
           const Value& e = ev.inputs[i];
           at::Tensor t;
           if (e.kind == ValueKind::kTensor)
-            t = cast_input(make_tensor(e.tensor, data[i], "element of '" + v.name + "'"), settings);
+            t = cast_input(make_tensor(e.tensor, data[i], "element of '" + v.name + "'", shared_of(e.tensor)), settings);
+          if (t.defined() && (v.mutated || e.mutated)) mutated.emplace_back(i, t);
           if (optional_elems) {
             opt_list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
           } else {
@@ -644,6 +678,12 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& iv : stack) add_output(iv, result.outputs, ev, settings.dtype.has_value());
+    for (auto& [index, t] : mutated) {
+      at::Tensor after = t;
+      if (settings.dtype && at::isFloatingType(after.scalar_type()))
+        if (auto st = to_scalar_type(ev.inputs[index].tensor.dtype)) after = after.to(*st);
+      result.mutated.emplace_back(index, argument_bits(after));
+    }
   } catch (const CannotReplay& c) {
     result.reason = c.reason;
     result.message = c.message;

@@ -66,6 +66,11 @@ struct ExecResult {
   double seconds = 0.0;
   std::vector<CallArg> call;  // with Settings::capture_call, when the op ran
   std::string note;  // what a parallelism knob did, or why it does not apply to this op
+  // The arguments the schema marks as written (Value::mutated; tensor-list
+  // elements too), as they are after the call: index into ev.inputs and the
+  // bits (cast back to the recorded dtype under a dtype knob). Free-running
+  // windows feed them to later readers.
+  std::vector<std::pair<std::size_t, OutValue>> mutated;
 };
 
 // `data[i]` holds the full contents of ev.inputs[i] (row-major) or is null:

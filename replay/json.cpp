@@ -91,6 +91,7 @@ json result_json(const ReplayResult& r) {
   j["message"] = r.message;
   j["seconds"] = r.seconds;
   j["input_bytes"] = r.input_bytes;
+  j["fed_inputs"] = r.fed_inputs;
   j["outputs"] = json::array();
   for (const auto& o : r.outputs) {
     json oj;
@@ -140,6 +141,7 @@ ReplayResult result_from(const json& j) {
   r.message = j.at("message");
   r.seconds = j.at("seconds");
   r.input_bytes = j.at("input_bytes");
+  r.fed_inputs = j.value("fed_inputs", 0);
   for (const auto& oj : j.at("outputs")) {
     OutputResult o;
     o.index = oj.at("index");
@@ -220,6 +222,8 @@ std::string request_to_json(const Request& r) {
   j["slices"] = json::array();
   for (const auto& s : r.slices) j["slices"].push_back({s.argument, s.dim, s.start, s.length});
   if (!r.save_dir.empty()) j["save_dir"] = r.save_dir;
+  if (r.free_running) j["free_running"] = true;
+  if (r.keep_going) j["keep_going"] = true;
   return j.dump();
 }
 
@@ -242,6 +246,8 @@ Request request_from_json(const std::string& text) {
         r.slices.push_back(InputSlice{s.at(0).get<int>(), s.at(1).get<int>(), s.at(2).get<int64_t>(),
                                       s.at(3).get<int64_t>()});
     if (j.contains("save_dir")) r.save_dir = j.at("save_dir");
+    r.free_running = j.value("free_running", false);
+    r.keep_going = j.value("keep_going", false);
     return r;
   } catch (const json::exception& e) {
     throw UsageError(std::string("--child-trial takes the request JSON that opguard writes itself: ") + e.what());

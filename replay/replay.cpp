@@ -21,6 +21,7 @@
 #include "opguard/formats/recording.h"
 #include "opguard/formats/rerecord.h"
 #include "opguard/kernels/fingerprint.h"
+#include "free_running.h"
 #include "replay_internal.h"
 #include "save.h"
 
@@ -223,7 +224,8 @@ std::vector<OutputResult> sliced_outputs(const Event& ev, const std::vector<deta
 
 ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& expected,
                       const StepReader& expected_reader, const Config& config, int rank,
-                      const std::vector<InputSlice>& slices = {}, const std::string& save_dir = {}) {
+                      const std::vector<InputSlice>& slices = {}, const std::string& save_dir = {},
+                      detail::FreeRunning* free = nullptr) {
   ReplayResult r;
   r.event = formats::event_id_string(ev.id);
   r.rank = rank;
@@ -233,8 +235,27 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
   r.overload = ev.overload;
   r.scope = ev.scope;
   r.config = config.to_string();
-  for (const auto& v : ev.inputs) {
-    if (!formats::carries_tensor(v.kind)) continue;
+  std::vector<TensorData> storage(ev.inputs.size());
+  std::vector<const TensorData*> data(ev.inputs.size(), nullptr);
+  // Free-running: inputs linked to what the window's earlier ops wrote get
+  // the replayed bits (free_running.h), also where the recording has none.
+  std::vector<bool> fed(ev.inputs.size(), false);
+  if (free != nullptr) {
+    for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
+      const auto& v = ev.inputs[i];
+      if (v.kind != ValueKind::kTensor) continue;
+      if (v.tensor.flags & formats::kTensorHasData) storage[i] = reader.read_tensor(v.tensor);
+      auto bits = free->feed(v.tensor, (v.tensor.flags & formats::kTensorHasData) ? &storage[i] : nullptr);
+      if (!bits) continue;
+      storage[i] = std::move(*bits);
+      data[i] = &storage[i];
+      fed[i] = true;
+      ++r.fed_inputs;
+    }
+  }
+  for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
+    const auto& v = ev.inputs[i];
+    if (!formats::carries_tensor(v.kind) || fed[i]) continue;
     if (v.tensor.flags & formats::kTensorNotFingerprinted) {
       r.reason = CannotReason::kUnsupportedValue;
       r.message = fmt::format("input '{}' is a {} tensor on {} that the recorder could not read", v.name,
@@ -248,12 +269,10 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
       return r;
     }
   }
-  std::vector<TensorData> storage(ev.inputs.size());
-  std::vector<const TensorData*> data(ev.inputs.size(), nullptr);
   for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
     const auto& v = ev.inputs[i];
-    if (!formats::carries_tensor(v.kind) || !(v.tensor.flags & formats::kTensorHasData)) continue;
-    storage[i] = reader.read_tensor(v.tensor);
+    if (!formats::carries_tensor(v.kind) || !(v.tensor.flags & formats::kTensorHasData) || fed[i]) continue;
+    if (free == nullptr || v.kind != ValueKind::kTensor) storage[i] = reader.read_tensor(v.tensor);
     r.input_bytes += storage[i].bytes.size();
     data[i] = &storage[i];
   }
@@ -270,6 +289,7 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
   if (!save_dir.empty() && exec.reason == CannotReason::kNone)
     detail::save_trial(save_dir, sliced ? *sliced : ev, exec, r.config);
   r.seconds = exec.seconds;
+  if (free != nullptr && exec.reason == CannotReason::kNone) free->record(ev, exec);
   if (exec.reason != CannotReason::kNone) {
     r.reason = exec.reason;
     r.message = exec.message;
@@ -389,6 +409,8 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
     return out;
   }
   // Window: the first event and the next ones of its stream, in order.
+  std::optional<detail::FreeRunning> free;
+  if (req.free_running) free.emplace();
   const uint64_t first = parse_id(req.event);
   const uint32_t stream = static_cast<uint32_t>(first >> 48);
   bool started = false;
@@ -398,9 +420,9 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
       if (ev.stream != stream) continue;
       if (!started && ev.id != first) continue;
       started = true;
-      auto r = run_here(ev, reader, ev, reader, config, req.rank);
+      auto r = run_here(ev, reader, ev, reader, config, req.rank, {}, {}, free ? &*free : nullptr);
       mark_child(r);
-      const bool stop = r.verdict == Verdict::kDiffers;
+      const bool stop = r.verdict == Verdict::kDiffers && !req.keep_going;
       out.results.push_back(std::move(r));
       if (stop || static_cast<int64_t>(out.results.size()) >= req.window) return out;
     }
@@ -481,6 +503,8 @@ std::vector<ReplayResult> replay_window(const std::string& recording_dir, const 
   req.mode = detail::Request::Mode::kWindow;
   req.event = first_event;
   req.window = n;
+  req.free_running = options.free_running;
+  req.keep_going = options.window_keep_going;
   return run_request(req, options).results;
 }
 

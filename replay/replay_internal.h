@@ -29,6 +29,8 @@ struct Request {
   int expect_rank = 0;
   std::vector<InputSlice> slices;
   std::string save_dir;  // kEvent: ReplayOptions::save_dir
+  bool free_running = false;  // kWindow: ReplayOptions::free_running
+  bool keep_going = false;    // kWindow: ReplayOptions::window_keep_going
 };
 
 // Applies `slices` to a copy of an event's inputs: `inputs` are ev.inputs

@@ -107,6 +107,9 @@ struct ReplayResult {
   std::vector<OutputResult> outputs;
   double seconds = 0.0;  // wall time of the op call alone
   uint64_t input_bytes = 0;  // bytes of full input tensors read from the recording
+  // Free-running windows: tensor inputs that got the bits an earlier replayed
+  // event of the window wrote, instead of the recorded ones.
+  int fed_inputs = 0;
 };
 
 // --- running -------------------------------------------------------------------
@@ -151,6 +154,15 @@ struct ReplayOptions {
   std::string expect_dir;
   std::string expect_event;
   int expect_rank = 0;
+  // replay_window only. free_running: an input that the recording shows
+  // reading what an earlier event of the window wrote (same storage id, a
+  // version that write explains, a fingerprint that agrees) gets the replayed
+  // bits of that write, not the recorded ones (DESIGN.md, Rule 5; the rules
+  // and what is not linked: replay/free_running.h, docs/REPLAY.md). The first
+  // event replays its recorded inputs. window_keep_going: replay all n events
+  // instead of stopping after the first that differs.
+  bool free_running = false;
+  bool window_keep_going = false;
 };
 
 // Replays one event. Throws UsageError for an event id that does not parse or
@@ -167,7 +179,8 @@ std::vector<ReplayResult> replay_all(const std::string& recording_dir, const Rep
                                      int64_t* skipped = nullptr);
 
 // Replays events id, id+1, ... (n in all, same stream), each teacher-forced
-// with its own recorded inputs; stops after the first event that differs.
+// with its own recorded inputs, or free-running (ReplayOptions::free_running);
+// stops after the first event that differs unless window_keep_going.
 std::vector<ReplayResult> replay_window(const std::string& recording_dir, const std::string& first_event,
                                         int64_t n, const ReplayOptions& options);
 
