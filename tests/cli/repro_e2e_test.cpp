@@ -62,7 +62,7 @@ struct Recording {
   TempDir tmp;
   std::string rec, event;
   Recording() {
-    rec = (tmp / "rec").string();
+    rec = (tmp / "rec");
     Result r = run({kOpguard, "record", "--out", rec, "--dump-steps", "1", "--", kTinyGpt, "--steps", "2"},
                    tmp.path().string());
     INFO(r.err);
@@ -81,7 +81,7 @@ Recording& recording() {
 TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and reproduces, in C++ and in Python") {
   auto& R = recording();
   TempDir tmp;
-  const std::string bundle = (tmp / "bundle").string();
+  const std::string bundle = (tmp / "bundle");
   Result w = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", bundle},
                  tmp.path().string());
   INFO(w.out << w.err);
@@ -117,7 +117,7 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   }
 
   // repro.py: torch and h5py only.
-  Result py = run({kPython, "repro.py", "--strict"}, bundle);
+  Result py = run({kPython, bundle + "/repro.py", "--strict"}, tmp.path().string());
   INFO(py.out << py.err);
   CHECK(py.exit_code == 0);
   CHECK(py.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);
@@ -128,7 +128,7 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   // repro.cpp: CMake against the venv's libtorch and the system HDF5, then run.
   Result prefix = run({kPython, "-c", "import torch;print(torch.utils.cmake_prefix_path)"}, tmp.path().string());
   REQUIRE(prefix.exit_code == 0);
-  const std::string build = (tmp / "repro-build").string();
+  const std::string build = (tmp / "repro-build");
   Result cfg = run({kCMake, "-S", bundle, "-B", build, "-DCMAKE_PREFIX_PATH=" + prefix.out.substr(0, prefix.out.find('\n'))},
                    tmp.path().string());
   INFO(cfg.out << cfg.err);
@@ -151,7 +151,7 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
 
   // A bundle whose expected bits are swapped no longer reproduces exactly:
   // check fails (exit 4) and repro.py --strict exits 1.
-  const std::string swapped = (tmp / "swapped").string();
+  const std::string swapped = (tmp / "swapped");
   fs::copy(bundle, swapped);
   fs::remove(fs::path(swapped) / "expected_good.h5");
   fs::copy_file(fs::path(swapped) / "expected_bad.h5", fs::path(swapped) / "expected_good.h5");
@@ -164,7 +164,7 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
 TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {
   auto& R = recording();
   TempDir tmp;
-  const std::string bundle = (tmp / "same").string();
+  const std::string bundle = (tmp / "same");
   Result w = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kGood, "-o", bundle},
                  tmp.path().string());
   INFO(w.out << w.err);
@@ -176,7 +176,7 @@ TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bund
 TEST_CASE("repro refuses output directories that would write outside them, and check refuses a foreign manifest") {
   auto& R = recording();
   TempDir tmp;
-  const std::string outside = (tmp / "outside.txt").string();
+  const std::string outside = (tmp / "outside.txt");
   {
     std::ofstream(outside) << "untouched";
   }
@@ -192,7 +192,7 @@ TEST_CASE("repro refuses output directories that would write outside them, and c
   // -o itself a symlink to another directory.
   fs::create_directory(tmp / "elsewhere");
   fs::create_directory_symlink(tmp / "elsewhere", tmp / "link");
-  Result b = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", (tmp / "link").string()},
+  Result b = run({kOpguard, "repro", R.rec, "--event", R.event, "--good", kGood, "--bad", kBad, "-o", (tmp / "link")},
                  tmp.path().string());
   INFO(b.err);
   CHECK(b.exit_code == 2);
@@ -210,6 +210,6 @@ TEST_CASE("repro refuses output directories that would write outside them, and c
   Result c = run({kOpguard, "repro", "check", fake.string(), "--python", kPython}, tmp.path().string());
   INFO(c.out << c.err);
   CHECK(c.exit_code == 65);
-  Result d = run({kOpguard, "repro", "check", (tmp / "nothing-here").string(), "--python", kPython}, tmp.path().string());
+  Result d = run({kOpguard, "repro", "check", (tmp / "nothing-here"), "--python", kPython}, tmp.path().string());
   CHECK(d.exit_code == 2);
 }
