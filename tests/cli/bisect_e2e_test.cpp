@@ -51,8 +51,9 @@ std::vector<std::string> minimal_knobs(const nlohmann::json& config) {
 
 // `bisect run REF SUS` finds `knob` alone, shrinks, writes a bundle.
 nlohmann::json check_run(const TempDir& tmp, const std::string& ref, const std::string& sus, const std::string& knob,
-                         bool check_bundle = false) {
-  std::vector<std::string> args = {"run", ref, sus, "-o", tmp / "out"};
+                         bool check_bundle = false, int max_trials = 16) {
+  // A small shrink budget keeps child-process knobs (two processes a trial) quick.
+  std::vector<std::string> args = {"run", ref, sus, "-o", tmp / "out", "--max-trials", std::to_string(max_trials)};
   if (check_bundle) args.insert(args.end(), {"--check-with", kPython});
   const auto j = bisect_json(tmp, args, 0);
   CHECK(j["schema"] == "opguard-bisect/1");
@@ -94,13 +95,14 @@ TEST_CASE("bisect run on the C++ example, 2 vs 1 intra-op threads, names threads
   TempDir tmp;
   record(tmp, tmp / "ref", {kTinyGpt, "--steps", "2", "--threads", "2"});
   record(tmp, tmp / "sus", {kTinyGpt, "--steps", "2", "--threads", "1"});
-  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "threads", true);
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "threads", true, 120);
   CHECK(j["config"]["minimal"][0]["good"] == "2");
   CHECK(j["config"]["minimal"][0]["bad"] == "1");
   // A reduction split over 2 threads needs rows, not all of them.
   CHECK(j["shrink"]["final_bytes"].get<uint64_t>() < j["shrink"]["original_bytes"].get<uint64_t>());
   // Text output and progress lines (stderr is not a terminal here).
-  Result r = run({kOpguard, "bisect", "run", tmp / "ref", tmp / "sus", "-o", tmp / "out2"}, tmp.path().string());
+  Result r = run({kOpguard, "bisect", "run", tmp / "ref", tmp / "sus", "-o", tmp / "out2", "--max-trials", "2"},
+                 tmp.path().string());
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("finding: ") != std::string::npos);
@@ -143,9 +145,20 @@ TEST_CASE("bisect run on the C++ example, ATEN_CPU_CAPABILITY default vs avx2, n
   bisect_json(tmp, {"shrink", rec, "--event", event, "--bad", "mkldnn=off"}, 4);
 
   // shrink on its own: strictly smaller inputs where the capability still shows.
-  const auto s = bisect_json(tmp, {"shrink", rec, "--event", event, "--bad", "cpu_capability=default"}, 0);
+  const auto s = bisect_json(tmp, {"shrink", rec, "--event", event, "--bad", "cpu_capability=default", "--max-trials",
+                                   "8"}, 0);
   CHECK(s["diverges"] == true);
   CHECK(s["final_bytes"].get<uint64_t>() < s["original_bytes"].get<uint64_t>());
+}
+
+TEST_CASE("bisect run on the C++ example, MKL_CBWR=COMPATIBLE vs unset, names env:MKL_CBWR alone (a matmul)") {
+  TempDir tmp;
+  const std::vector<std::string> prog = {kTinyGpt, "--steps", "2", "--threads", "1"};
+  record(tmp, tmp / "ref", prog);
+  record(tmp, tmp / "sus", prog, {"MKL_CBWR=COMPATIBLE"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "env:MKL_CBWR");
+  CHECK(j["config"]["minimal"][0]["good"] == "");
+  CHECK(j["config"]["minimal"][0]["bad"] == "COMPATIBLE");
 }
 
 TEST_CASE("bisect run on the Python example, 2 vs 1 intra-op threads, names threads alone") {
