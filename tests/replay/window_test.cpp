@@ -316,3 +316,33 @@ TEST_CASE("the reference's events that diverged because of threads, replayed und
     CHECK(explained.verdict == replay::Verdict::kReproduces);
   }
 }
+
+TEST_CASE("an operator this libtorch does not have is a cannot-replay verdict (op-unknown) and exit 65, not a crash") {
+  TempDir tmp;
+  const std::string dir = tmp / "foreign";
+  std::filesystem::create_directories(formats::rank_dir(dir, 0));
+  formats::write_manifest(formats::rank_dir(dir, 0) + "/manifest.h5", formats::Manifest{});
+  {
+    formats::StepWriter w(formats::rank_dir(dir, 0) + "/" + formats::step_file_name(0), 0, 0);
+    formats::Event ev;
+    ev.op = "aten::no_such_operator";
+    ev.schema = "aten::no_such_operator(int x) -> int";
+    formats::Value x;
+    x.kind = formats::ValueKind::kInt;
+    x.name = "x";
+    x.text = "1";
+    ev.inputs.push_back(x);
+    w.add_event(ev);
+    w.close();
+  }
+  replay::ReplayOptions o;
+  o.self_exe = kOpguard;
+  const auto r = replay::replay_event(dir, "0", o);
+  CHECK(r.verdict == replay::Verdict::kCannotReplay);
+  CHECK(r.reason == replay::CannotReason::kOpUnknown);
+  CHECK(r.message.find("no operator aten::no_such_operator") != std::string::npos);
+  Result cli = run({kOpguard, "replay", dir, "--event", "0"}, tmp.path().string());
+  INFO(cli.out << cli.err);
+  CHECK(cli.exit_code == 65);
+  CHECK(cli.out.find("op-unknown") != std::string::npos);
+}
