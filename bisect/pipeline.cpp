@@ -214,7 +214,14 @@ RunResult bisect_run(const RunOptions& o) {
     spec.slices = result.shrink->slices;
     spec.finding = result.message + ".";
     spec.self_exe = o.self_exe;
-    const BundleResult b = write_bundle(spec, bundle);
+    BundleResult b;
+    try {
+      b = write_bundle(spec, bundle);
+    } catch (const FormatError& e) {
+      // The finding stands without a bundle; say why there is none.
+      b.reproduced = false;
+      b.message = e.what();
+    }
     if (b.reproduced) {
       result.bundle_dir = bundle;
       if (!o.python.empty()) {
