@@ -2,11 +2,18 @@
 // sequences whose events are known.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <future>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "opguard/core/error.h"
@@ -268,4 +275,148 @@ TEST_CASE("a bad sampling policy is refused before anything is recorded") {
   options.policy = "steps=banana";
   REQUIRE_THROWS_AS(opguard::Recorder::start(options), opguard::Error);
   REQUIRE_FALSE(opguard::Recorder::active());
+}
+
+// --- several threads at once ---------------------------------------------------
+
+namespace {
+
+uint64_t os_thread_id() { return static_cast<uint64_t>(::syscall(SYS_gettid)); }
+
+// Lets `n` threads start their ops at the same moment.
+class StartLine {
+ public:
+  explicit StartLine(int n) : left_(n) {}
+  void arrive_and_wait() {
+    left_.fetch_sub(1);
+    while (left_.load() > 0) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<int> left_;
+};
+
+}  // namespace
+
+TEST_CASE("ops of the main thread, two data threads and a backward on a fourth thread, run at once, are all recorded with their thread") {
+  constexpr int kOps = 40;
+  constexpr int kWorkers = 3;  // the main thread and two data threads run kOps adds each
+  std::vector<at::Tensor> inputs;
+  for (int k = 0; k < kWorkers; ++k) inputs.push_back(at::full({32}, static_cast<double>(k + 1)));
+  at::Tensor x = at::full({8, 4}, 0.25);
+  at::Tensor w = at::full({4, 3}, 0.5).set_requires_grad(true);
+  std::vector<uint64_t> tids(kWorkers + 1, 0);
+  StartLine start(kWorkers + 1);
+  auto r = record([&] {
+    auto adds = [&](int k) {
+      tids[k] = os_thread_id();
+      start.arrive_and_wait();
+      for (int i = 0; i < kOps; ++i) inputs[k].add(i);
+    };
+    std::thread data1(adds, 1), data2(adds, 2);
+    std::thread trainer([&] {
+      tids[kWorkers] = os_thread_id();
+      start.arrive_and_wait();
+      at::Tensor loss = at::mm(x, w).sum();
+      loss.backward();
+    });
+    adds(0);
+    data1.join();
+    data2.join();
+    trainer.join();
+  });
+  REQUIRE(tids[0] == static_cast<uint64_t>(getpid()));
+  std::map<uint64_t, std::vector<const Event*>> by_thread;
+  for (const auto& e : r.events) by_thread[e.thread].push_back(&e);
+  // Every event belongs to one of the four threads: none lost to another's
+  // stream, none recorded twice.
+  for (const auto& [tid, events] : by_thread) {
+    INFO("thread " << tid << " with " << events.size() << " events");
+    REQUIRE(std::find(tids.begin(), tids.end(), tid) != tids.end());
+  }
+  std::set<uint32_t> streams;
+  for (int k = 0; k < kWorkers; ++k) {
+    const auto& events = by_thread[tids[k]];
+    std::vector<const Event*> adds;
+    for (const Event* e : events)
+      if (e->op == "aten::add") adds.push_back(e);
+    REQUIRE(adds.size() == static_cast<std::size_t>(kOps));
+    // One stream per thread, its ids consecutive in the order the thread ran them.
+    const uint32_t stream = adds[0]->stream;
+    REQUIRE(streams.insert(stream).second);
+    REQUIRE((stream == 0) == (k == 0));
+    for (int i = 0; i < kOps; ++i) {
+      REQUIRE(adds[i]->stream == stream);
+      REQUIRE(adds[i]->id == opguard::formats::make_event_id(stream, adds[0]->seq + i));
+      REQUIRE(adds[i]->inputs[0].tensor.fingerprint == fp_of(inputs[k]));
+      REQUIRE(adds[i]->outputs[0].tensor.fingerprint == fp_of(inputs[k].add(i)));
+    }
+  }
+  // The backward pass ran on the thread that called backward(), with its own stream.
+  const auto& trained = by_thread[tids[kWorkers]];
+  std::size_t backward = 0;
+  bool mm_backward = false;
+  for (const Event* e : trained) {
+    REQUIRE(e->stream == trained[0]->stream);
+    if (e->phase != opguard::formats::Phase::kBackward) continue;
+    ++backward;
+    if (e->node == "MmBackward0" && e->op == "aten::mm") {
+      mm_backward = true;
+      REQUIRE(e->outputs[0].tensor.fingerprint == fp_of(at::mm(x.t(), at::ones({8, 3}))));
+    }
+  }
+  REQUIRE(streams.count(trained[0]->stream) == 0);
+  REQUIRE(backward > 0);
+  REQUIRE(mm_backward);
+}
+
+TEST_CASE("ops dispatched from torch's worker threads (intra-op parallel_for, inter-op launch) are recorded with the worker's thread") {
+  const int old_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  constexpr int64_t kItems = 8;
+  std::vector<at::Tensor> xs;
+  for (int64_t i = 0; i < kItems; ++i) xs.push_back(at::full({16}, static_cast<double>(i)));
+  std::vector<uint64_t> item_thread(kItems, 0);
+  at::Tensor z = at::full({16}, 100.0);
+  uint64_t launched_thread = 0;
+  auto r = record([&] {
+    at::parallel_for(0, kItems, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        item_thread[i] = os_thread_id();
+        xs[i].mul(3);
+      }
+    });
+    // The inter-op pool (torch.jit.fork's): always another thread.
+    std::promise<void> done;
+    at::launch([&] {
+      launched_thread = os_thread_id();
+      z.mul(5);
+      done.set_value();
+    });
+    done.get_future().wait();
+  });
+  at::set_num_threads(old_threads);
+  const std::set<uint64_t> threads(item_thread.begin(), item_thread.end());
+  MESSAGE("at::parallel_for ran the " << kItems << " items on " << threads.size() << " thread(s)");
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == static_cast<std::size_t>(kItems + 1));
+  bool saw_launched = false;
+  for (const Event* e : mul) {
+    if (e->inputs[0].tensor.fingerprint == fp_of(z)) {
+      saw_launched = true;
+      REQUIRE(launched_thread != static_cast<uint64_t>(getpid()));
+      REQUIRE(e->thread == launched_thread);
+      REQUIRE(e->stream != 0);
+      REQUIRE(e->outputs[0].tensor.fingerprint == fp_of(z.mul(5)));
+      continue;
+    }
+    // Which item: the input's value says.
+    int64_t item = -1;
+    for (int64_t i = 0; i < kItems; ++i)
+      if (e->inputs[0].tensor.fingerprint == fp_of(xs[i])) item = i;
+    REQUIRE(item >= 0);
+    REQUIRE(e->thread == item_thread[item]);
+    REQUIRE(e->outputs[0].tensor.fingerprint == fp_of(xs[item].mul(3)));
+  }
+  REQUIRE(saw_launched);
 }
