@@ -95,11 +95,27 @@ int run_ls(const std::string& dir, bool json) {
     }
     jr["torn_steps"] = nlohmann::json::array();
     for (const auto& [step, path] : rank.torn) {
-      text += fmt::format("  {:>6}  torn: the process died during this step ({})\n", step, path);
+      text += fmt::format("  {:>6}  torn: the process died during this step; its events were lost ({})\n", step,
+                          path);
       jr["torn_steps"].push_back({{"step", step}, {"file", path}});
     }
     jr["events"] = total_events;
+    // complete: the process ended cleanly and every write succeeded.
+    jr["complete"] = info("clean_exit") == "1" && info("recording_failed") != "1";
     text += fmt::format("  {} events in {} complete step(s)\n", total_events, rank.steps.size());
+    if (info("recording_failed") == "1") {
+      text += fmt::format("  incomplete: recording stopped at step {} because a write failed ({}); the run went on "
+                          "unrecorded\n",
+                          info("failed_step"), info("failure"));
+    } else if (info("clean_exit") != "1") {
+      text += "  incomplete: the process did not exit cleanly (killed?); steps after the last complete one are "
+              "missing\n";
+    }
+    if (info("dropped_tensors") != "?" && info("dropped_tensors") != "0") {
+      text += fmt::format("  {} full tensor(s) dropped: the writer queue was full under --queue-full drop "
+                          "(fingerprints kept)\n",
+                          info("dropped_tensors"));
+    }
     out["ranks"].push_back(jr);
   }
   if (json) {

@@ -27,6 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+static_assert(kExitStrictAbort == record::kStrictExitCode, "the documented --strict exit code");
+
 constexpr const char* kHelp = R"(Run PROGRAM with the opguard recorder preloaded and write a recording to DIR.
 
 Every top-level operator (forward, backward, optimizer, on every thread) becomes
@@ -39,8 +41,18 @@ Examples:
   opguard record --out runB --dump-steps 3 -- python3 examples/tiny_gpt.py --steps 5
   opguard record --out runB2 --dump-around 1234:32 -- ./build/bin/tiny_gpt --steps 5
 
+Faults: a killed run leaves every completed step readable (the step it died in
+is listed as torn by opguard ls). If a write fails (disk full, I/O error) the
+recorder says so once on stderr, marks the recording incomplete in its
+manifest (recording_failed 1) and stops recording; the training goes on with
+the same bits. With --strict it aborts the run with exit code 74 instead.
+When the writer falls behind by --queue-bytes: --queue-full wait blocks the
+training until it catches up; drop keeps fingerprints but drops full tensors
+(counted as dropped_tensors in the manifest). Events are never dropped.
+
 Exit code: the program's own (128+N if signal N killed it); 2 for bad options,
-74 if DIR cannot be written, 127 if PROGRAM cannot be started.)";
+74 if DIR cannot be written or, under --strict, the recording failed during
+the run; 127 if PROGRAM cannot be started.)";
 
 struct RecordOptions {
   std::string out;
@@ -173,8 +185,9 @@ int run_record(const RecordOptions& o) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv(*e);
-    if (kv.rfind("OPGUARD_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0 || kv.rfind("PYTHONPATH=", 0) == 0)
-      continue;
+    // OPGUARD_TEST_* are test-only recorder knobs (record/config.h) and pass through.
+    const bool ours = kv.rfind("OPGUARD_", 0) == 0 && kv.rfind("OPGUARD_TEST_", 0) != 0;
+    if (ours || kv.rfind("LD_PRELOAD=", 0) == 0 || kv.rfind("PYTHONPATH=", 0) == 0) continue;
     env.push_back(kv);
   }
   const char* old_preload = std::getenv("LD_PRELOAD");
@@ -227,8 +240,16 @@ int run_record(const RecordOptions& o) {
     auto layout = formats::scan_recording(o.out);
     for (const auto& r : layout.ranks) {
       std::string torn = r.torn.empty() ? "" : fmt::format(", {} torn", r.torn.size());
-      std::fprintf(stderr, "opguard: recorded rank %d: %zu complete step file(s)%s in %s\n", r.rank,
-                   r.steps.size(), torn.c_str(), r.dir.c_str());
+      std::string incomplete;
+      try {
+        const auto info = formats::read_manifest(r.manifest_path).info;
+        auto failed = info.find("recording_failed");
+        if (failed != info.end() && failed->second == "1") incomplete = " (incomplete: recording stopped early)";
+      } catch (const FormatError&) {
+        incomplete = " (its manifest cannot be read)";
+      }
+      std::fprintf(stderr, "opguard: recorded rank %d: %zu complete step file(s)%s in %s%s\n", r.rank,
+                   r.steps.size(), torn.c_str(), r.dir.c_str(), incomplete.c_str());
     }
   } catch (const FormatError&) {
     std::fprintf(stderr, "opguard: %s holds no recording: the program ran no torch operator under the recorder\n",

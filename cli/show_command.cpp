@@ -148,7 +148,8 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
   for (const auto& r : layout.ranks)
     if (r.rank == rank) files = &r;
   if (files == nullptr) throw UsageError(fmt::format("{} has no rank {}", dir, rank));
-  formats::read_manifest(files->manifest_path);  // a foreign or other-version manifest is refused here too
+  // A foreign or other-version manifest is refused here too.
+  const formats::Manifest manifest = formats::read_manifest(files->manifest_path);
   for (const auto& [step, path] : files->steps) {
     formats::StepReader reader(path);
     for (const auto& ev : reader.events()) {
@@ -185,7 +186,22 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       return 0;
     }
   }
-  throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls", dir, event_text, rank));
+  // A torn or stopped recording lost the events after its last complete step.
+  auto info = [&](const char* key) {
+    auto it = manifest.info.find(key);
+    return it == manifest.info.end() ? std::string() : it->second;
+  };
+  std::string lost;
+  if (!files->torn.empty()) {
+    lost = fmt::format("; step {} is torn (the process died during it): its events were lost", files->torn.back().first);
+  } else if (info("recording_failed") == "1") {
+    lost = fmt::format("; the recording stopped at step {} (a write failed): later events were not recorded",
+                       info("failed_step"));
+  } else if (info("clean_exit") != "1") {
+    lost = "; the recording is incomplete (the process did not exit cleanly)";
+  }
+  throw UsageError(fmt::format("{} has no event {} on rank {}{}: list events with opguard ls", dir, event_text, rank,
+                               lost));
 }
 
 }  // namespace

@@ -199,6 +199,14 @@ std::string QueueConfig::to_string() const {
          ";policy=" + (policy == QueueFullPolicy::kWait ? "wait" : "drop");
 }
 
+uint32_t test_writer_delay_from_env() {
+  const char* delay = std::getenv(kEnvTestWriterDelay);
+  if (delay == nullptr || *delay == '\0') return 0;
+  const int64_t us = parse_int(delay, kEnvTestWriterDelay);
+  if (us < 0 || us > 1000000) throw UsageError(std::string(kEnvTestWriterDelay) + " must be between 0 and 1000000");
+  return static_cast<uint32_t>(us);
+}
+
 std::optional<RecorderConfig> RecorderConfig::from_env() {
   const char* out = std::getenv(kEnvOut);
   if (out == nullptr || *out == '\0') return std::nullopt;
@@ -218,6 +226,7 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
       throw UsageError("--hash-threads must be between 1 and 256");
   }
   c.command = get(kEnvCommand);
+  c.test_writer_delay_us = test_writer_delay_from_env();
   return c;
 }
 

@@ -51,6 +51,23 @@ struct PendingEvent {
   std::vector<TensorTaskPtr> tasks;
   // Bytes of full contents this event holds (counted against the queue bound).
   uint64_t queued_bytes = 0;
+  // Estimated heap bytes of the event itself (values, shapes, strings): also
+  // counted against the queue bound (estimate_event_bytes, set when queued).
+  uint64_t meta_bytes = 0;
 };
+
+// An estimate of the memory a queued event holds besides its full contents.
+inline uint64_t estimate_event_bytes(const PendingEvent& p) {
+  uint64_t n = sizeof(PendingEvent) + p.event.node.capacity();
+  for (const auto* values : {&p.event.inputs, &p.event.outputs}) {
+    n += values->capacity() * sizeof(formats::Value);
+    for (const auto& v : *values) n += v.name.capacity() + v.text.capacity();
+  }
+  n += p.tasks.capacity() * sizeof(TensorTaskPtr);
+  for (const auto& t : p.tasks) {
+    if (t) n += sizeof(TensorTask) + (t->meta.sizes.capacity() + t->meta.strides.capacity()) * sizeof(int64_t);
+  }
+  return n;
+}
 
 }  // namespace opguard::record

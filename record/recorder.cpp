@@ -17,6 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -259,7 +260,23 @@ struct RecorderImpl {
   void forget_fingerprints(const at::Tensor& t);
   void mark_uninitialized(const at::Tensor& t);
   void open_recording();
-  void write_manifest(bool final_write);
+  // kOpen when the recording opens, kFailed when a write failed (from the
+  // writer thread), kFinal at a clean end. Throws IoError / FormatError.
+  enum class ManifestState { kOpen, kFailed, kFinal };
+  void write_manifest(ManifestState state);
+  std::mutex manifest_mutex;  // manifest and its file
+  bool opened_manifest = false;  // the kOpen manifest exists
+  std::string failure;        // the failed write, for the manifest
+  int64_t failed_step = -1;
+
+  // Disk space set aside when the recording opens (rank_dir/space.reserve)
+  // and given back before the manifest is rewritten after a failed write, so
+  // that a full disk still gets a manifest saying the recording is
+  // incomplete. Removed at a clean end.
+  std::string reserve_path;
+  std::atomic<bool> reserved{false};
+  void reserve_space();
+  void release_space();
   bool wants_dump(const ThreadState& ts, const OpInfo& op, const std::string* scope,
                   uint32_t stream, uint64_t seq, int64_t step);
 };
@@ -758,16 +775,32 @@ void init_thread(RecorderImpl& rec, ThreadState& ts) {
   (void)keep_stream;
 }
 
-void fail_once(RecorderImpl& rec, const std::string& what) {
+// The one message a failed recording prints. The manifest is rewritten
+// (recording_failed, failure, failed_step) into the space set aside at open;
+// under --strict the process then exits with kStrictExitCode.
+void fail_once(RecorderImpl& rec, const std::string& what, int64_t step) {
   if (rec.failed.exchange(true)) return;
-  std::fprintf(stderr, "opguard: recording stopped: %s; the training continues unrecorded\n",
-               what.c_str());
+  const std::string at_step = step >= 0 ? " at step " + std::to_string(step) : "";
   if (rec.config.strict) {
-    std::fprintf(stderr, "opguard: --strict was given: aborting the run (exit %d)\n",
-                 kStrictExitCode);
-    std::fflush(stderr);
-    std::_Exit(kStrictExitCode);
+    std::fprintf(stderr, "opguard: recording failed%s: %s; --strict was given: aborting the run (exit %d)\n",
+                 at_step.c_str(), what.c_str(), kStrictExitCode);
+  } else {
+    std::fprintf(stderr,
+                 "opguard: recording stopped%s: %s; the recording is marked incomplete and the training "
+                 "continues unrecorded\n",
+                 at_step.c_str(), what.c_str());
   }
+  std::fflush(stderr);
+  rec.release_space();
+  try {
+    std::lock_guard<std::mutex> lock(rec.manifest_mutex);
+    rec.failure = what;
+    rec.failed_step = step;
+    if (rec.opened_manifest) rec.write_manifest(RecorderImpl::ManifestState::kFailed);
+  } catch (const std::exception&) {
+    // Said once above; the manifest written at open already says clean_exit 0.
+  }
+  if (rec.config.strict) std::_Exit(kStrictExitCode);
 }
 
 // Applies the queue policy to `bytes` of full contents about to be kept:
@@ -996,7 +1029,12 @@ void RecorderImpl::open_recording() {
     }
     ::close(fd);
     collect_run_info(manifest);
-    write_manifest(false);
+    {
+      std::lock_guard<std::mutex> lock(manifest_mutex);
+      write_manifest(ManifestState::kOpen);
+      opened_manifest = true;
+    }
+    reserve_space();
     // Registered now, not when the library loads: torch's context and HDF5
     // (which closes every file in its own exit handler) are initialised by
     // here, and exit handlers run in reverse order, so the last step is
@@ -1005,20 +1043,65 @@ void RecorderImpl::open_recording() {
     std::call_once(exit_once, [] { std::atexit([] { stop_recording(); }); });
     pool = std::make_unique<kernels::HashPool>(config.hash_threads);
     writer = std::make_unique<Writer>(rank_dir, rank, step.load(), config,
-                                      [this](const std::string& m) { fail_once(*this, m); });
+                                      [this](const std::string& m, int64_t s) { fail_once(*this, m, s); });
   } catch (const std::exception& e) {
-    fail_once(*this, e.what());
+    fail_once(*this, e.what(), -1);
   }
   opened.store(true, std::memory_order_release);
 }
 
-void RecorderImpl::write_manifest(bool final_write) {
+namespace {
+
+// The process's peak resident set (VmHWM), in bytes; 0 if unknown.
+uint64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %" SCNu64 " kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+}  // namespace
+
+void RecorderImpl::reserve_space() {
+  struct stat st {};
+  const uint64_t manifest_bytes =
+      ::stat((rank_dir + "/manifest.h5").c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  // A rewrite needs one manifest's size while the old one still exists.
+  const uint64_t bytes = std::max<uint64_t>(uint64_t{256} << 10, 4 * manifest_bytes);
+  reserve_path = rank_dir + "/space.reserve";
+  int fd = ::open(reserve_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  if (fd < 0) throw IoError("cannot create " + reserve_path + ": " + std::strerror(errno));
+  const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  ::close(fd);
+  if (err != 0) {
+    ::unlink(reserve_path.c_str());
+    throw IoError("cannot set aside " + std::to_string(bytes) + " bytes in " + reserve_path + ": " +
+                  std::strerror(err));
+  }
+  reserved.store(true);
+}
+
+void RecorderImpl::release_space() {
+  if (reserved.exchange(false)) ::unlink(reserve_path.c_str());
+}
+
+void RecorderImpl::write_manifest(ManifestState state) {
+  const bool final_write = state == ManifestState::kFinal;
   manifest.rank = rank;
   manifest.world_size = world_size;
   manifest.info["sampling_policy"] = config.policy.to_string();
   manifest.info["queue"] = config.queue.to_string();
   manifest.info["strict"] = config.strict ? "1" : "0";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
+  if (!failure.empty()) {
+    manifest.info["failure"] = failure;
+    manifest.info["failed_step"] = std::to_string(failed_step);
+  }
   if (final_write) {
     collect_end_info(manifest);
     manifest.info["end_time"] = iso_time_now();
@@ -1030,6 +1113,12 @@ void RecorderImpl::write_manifest(bool final_write) {
     manifest.info["bytes_written"] = std::to_string(writer ? writer->bytes_written() : 0);
     manifest.info["dump_budget_exhausted"] = budget_exhausted.load() ? "1" : "0";
     manifest.info["steps"] = std::to_string(step.load() + 1);
+    manifest.info["peak_rss_bytes"] = std::to_string(peak_rss_bytes());
+  } else if (state == ManifestState::kFailed) {
+    manifest.info["clean_exit"] = "0";
+    manifest.info["recording_failed"] = "1";
+    manifest.info["dropped_tensors"] = std::to_string(dropped.load());
+    manifest.info["peak_queued_bytes"] = std::to_string(writer ? writer->peak_queued_bytes() : 0);
   } else {
     manifest.info["start_time"] = start_time;
     manifest.info["clean_exit"] = "0";
@@ -1093,10 +1182,15 @@ void stop_recording() {
     if (rec->writer->failed()) rec->failed.store(true);
   }
   if (rec->opened.load() && !rec->refused.load() && rec->writer) {
+    // After a failed write the space set aside at open is already given back.
+    if (!rec->failed.load()) rec->release_space();
     try {
-      rec->write_manifest(true);
+      std::lock_guard<std::mutex> manifest_lock(rec->manifest_mutex);
+      rec->write_manifest(RecorderImpl::ManifestState::kFinal);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "opguard: could not write the final manifest: %s\n", e.what());
+      // A failed recording has said so once already (fail_once).
+      if (!rec->failed.load())
+        std::fprintf(stderr, "opguard: could not write the final manifest: %s\n", e.what());
     }
   }
 }
@@ -1115,6 +1209,7 @@ void Recorder::start(const RecorderOptions& options) {
   config.queue = record::parse_queue(options.queue);
   config.strict = options.strict;
   config.hash_threads = options.hash_threads;
+  config.test_writer_delay_us = record::test_writer_delay_from_env();
   record::start_recording(config);
 }
 

@@ -1,6 +1,9 @@
 #include "writer.h"
 
 #include <ATen/record_function.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 namespace opguard::record {
 namespace {
@@ -12,7 +15,7 @@ thread_local bool t_is_writer_thread = false;
 bool is_writer_thread() { return t_is_writer_thread; }
 
 Writer::Writer(std::string rank_dir, int rank, int64_t first_step, const RecorderConfig& config,
-               std::function<void(const std::string&)> on_failure)
+               std::function<void(const std::string&, int64_t)> on_failure)
     : rank_dir_(std::move(rank_dir)), rank_(rank), config_(config), on_failure_(std::move(on_failure)) {
   open_step_ = first_step;
   thread_ = std::thread([this] { thread_main(); });
@@ -28,26 +31,33 @@ Writer::~Writer() {
 
 bool Writer::has_room(uint64_t bytes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes;
+  return fits_locked(bytes);
 }
 
 void Writer::wait_for_room(uint64_t bytes) {
   std::unique_lock<std::mutex> lock(mutex_);
   urgent_ = true;  // the writer may be napping on a short batch
   wake_.notify_one();
-  room_.wait(lock, [&] {
-    return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes || stopping_ ||
-           failed_.load();
-  });
+  room_.wait(lock, [&] { return fits_locked(bytes) || stopping_ || failed_.load(); });
 }
 
 void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
   if (failed_.load()) return;
+  event->meta_bytes = estimate_event_bytes(*event);
+  const uint64_t bytes = event->queued_bytes + event->meta_bytes;
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!fits_locked(bytes)) {
+      // The writer is behind by a whole queue: wait for it, whatever the
+      // policy (only full contents are ever dropped, never events).
+      urgent_ = true;
+      wake_.notify_one();
+      room_.wait(lock, [&] { return fits_locked(bytes) || stopping_ || failed_.load(); });
+      if (failed_.load()) return;
+    }
     const bool holds_copies = event->queued_bytes > 0;
-    queued_bytes_ += event->queued_bytes;
+    queued_bytes_ += bytes;
     if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_.store(queued_bytes_);
     queue_.push_back(Item{std::move(event)});
     // Waking the writer for every event cost a futex call and a context
@@ -85,8 +95,12 @@ void Writer::thread_main() {
       }
       batch.swap(queue_);
     }
+    // Written events leave the queue's count in groups (one lock per group,
+    // not per event), and at once when they held full contents.
+    constexpr int kReleaseEvery = 64;
+    uint64_t released = 0;
+    int pending_release = 0;
     for (Item& item : batch) {
-      uint64_t released = 0;
       if (!item.event) {
         if (!failed_.load()) {
           try {
@@ -96,27 +110,27 @@ void Writer::thread_main() {
           }
         }
         ++open_step_;
-      } else {
-        released = item.event->queued_bytes;
-        if (!failed_.load()) {
-          try {
-            write_event(*item.event);
-          } catch (const std::exception& e) {
-            fail(e.what());
-          }
-        }
-        item.event.reset();
+        continue;
       }
-      if (released > 0) {
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          queued_bytes_ -= released;
+      const bool held_copies = item.event->queued_bytes > 0;
+      released += item.event->queued_bytes + item.event->meta_bytes;
+      if (!failed_.load()) {
+        if (config_.test_writer_delay_us > 0) test_delay();
+        try {
+          write_event(*item.event);
+        } catch (const std::exception& e) {
+          fail(e.what());
         }
-        room_.notify_all();
+      }
+      item.event.reset();
+      if (held_copies || ++pending_release >= kReleaseEvery) {
+        release(released);
+        released = 0;
+        pending_release = 0;
       }
     }
     batch.clear();
-    room_.notify_all();  // has_room() also says yes to an empty queue
+    release(released);  // also wakes producers: has_room() says yes to an empty queue
   }
   if (!failed_.load()) {
     try {
@@ -125,6 +139,24 @@ void Writer::thread_main() {
       fail(e.what());
     }
   }
+}
+
+void Writer::test_delay() {
+  // Sleeps of a few microseconds last far longer on a loaded machine: owe
+  // the delay and pay it in sleeps of a millisecond or more, measured.
+  delay_debt_us_ += config_.test_writer_delay_us;
+  if (delay_debt_us_ < 1000) return;
+  const auto start = std::chrono::steady_clock::now();
+  ::usleep(static_cast<useconds_t>(delay_debt_us_));
+  delay_debt_us_ -= std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Writer::release(uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued_bytes_ -= bytes;
+  }
+  room_.notify_all();
 }
 
 void Writer::write_event(PendingEvent& pending) {
@@ -166,9 +198,15 @@ void Writer::close_step() {
 
 void Writer::fail(const std::string& message) {
   if (failed_.exchange(true)) return;
-  step_writer_.reset();  // leaves the partial step as .tmp
+  // The partial step holds only some of its full tensors (events are written
+  // at close): nothing a reader could use. Removing it gives the space back
+  // on a full disk, so that the manifest can still say what happened.
+  if (step_writer_) step_writer_->abandon();
+  step_writer_.reset();
+  const std::string tmp = rank_dir_ + "/" + formats::step_file_name(open_step_) + ".tmp";
+  std::remove(tmp.c_str());
   room_.notify_all();
-  if (on_failure_) on_failure_(message);
+  if (on_failure_) on_failure_(message, open_step_);
 }
 
 void Writer::finish() {

@@ -25,14 +25,16 @@ namespace opguard::record {
 class Writer {
  public:
   // `on_failure` is called once, from the writer thread, with the error text
-  // when a write fails; recording stops after it.
+  // and the step being written when a write fails (the partial step file is
+  // removed first); recording stops after it.
   Writer(std::string rank_dir, int rank, int64_t first_step, const RecorderConfig& config,
-         std::function<void(const std::string&)> on_failure);
+         std::function<void(const std::string&, int64_t)> on_failure);
   ~Writer();  // finish() if not called
 
   // Called from training threads: queues the event (the writer takes them in
-  // batches, at most kWriterNap late). Never blocks; callers
-  // apply the queue policy first (has_room / wait_for_room).
+  // batches, at most kWriterNap late). Callers apply the queue policy to full
+  // contents first (has_room / wait_for_room); enqueue itself blocks only
+  // while the event would push the queue past its bound (config.h says why).
   void enqueue(std::unique_ptr<PendingEvent> event);
   // Marks the end of a step: the step file being written is closed.
   void end_step();
@@ -53,11 +55,18 @@ class Writer {
   void write_event(PendingEvent& event);
   void close_step();
   void fail(const std::string& message);
+  // Under mutex_: the queue takes `bytes` more without passing its bound.
+  bool fits_locked(uint64_t bytes) const {
+    return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes;
+  }
+  void release(uint64_t bytes);  // writer thread: written bytes leave the queue
+  void test_delay();             // writer thread: config_.test_writer_delay_us per event
+  int64_t delay_debt_us_ = 0;    // writer thread only
 
   const std::string rank_dir_;
   const int rank_;
   const RecorderConfig config_;
-  std::function<void(const std::string&)> on_failure_;
+  std::function<void(const std::string&, int64_t)> on_failure_;
 
   struct Item {
     std::unique_ptr<PendingEvent> event;  // null: end of step

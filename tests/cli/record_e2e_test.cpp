@@ -11,8 +11,11 @@
 #include <thread>
 
 #include "../support/process.h"
+#include "../support/recording_keys.h"
 #include "opguard/formats/recording.h"
 
+using opguard::testing::event_key;
+using opguard::testing::events_of;
 using opguard::testing::Result;
 using opguard::testing::run;
 using opguard::testing::TempDir;
@@ -44,39 +47,6 @@ Result record(const TempDir& tmp, const std::string& out, const std::vector<std:
   cmd.push_back("--");
   cmd.insert(cmd.end(), program.begin(), program.end());
   return run(cmd, tmp.path().string());
-}
-
-std::vector<fmts::Event> events_of(const std::string& dir, int rank = 0) {
-  auto layout = fmts::scan_recording(dir);
-  std::vector<fmts::Event> out;
-  for (const auto& r : layout.ranks) {
-    if (r.rank != rank) continue;
-    for (const auto& [step, path] : r.steps) {
-      fmts::StepReader reader(path);
-      out.insert(out.end(), reader.events().begin(), reader.events().end());
-    }
-  }
-  return out;
-}
-
-// Everything about an event that must be equal between two recordings of the
-// same program under the same config (not thread ids, not times).
-std::string event_key(const fmts::Event& e) {
-  std::string s = fmts::event_id_string(e.id) + " " + std::to_string(e.step) + " " + fmts::phase_name(e.phase) +
-                  " " + e.op + "." + e.overload + " [" + e.scope + "] " + e.node;
-  for (const auto* values : {&e.inputs, &e.outputs}) {
-    s += " |";
-    for (const auto& v : *values) {
-      s += " " + std::string(fmts::value_kind_name(v.kind)) + ":" + v.name + "=" + v.text;
-      if (v.kind == fmts::ValueKind::kTensor || v.kind == fmts::ValueKind::kGenerator) {
-        s += "/" + std::string(opguard::dtype_name(v.tensor.dtype));
-        for (auto d : v.tensor.sizes) s += "x" + std::to_string(d);
-        s += v.tensor.has_fingerprint() ? "#" + std::to_string(v.tensor.fingerprint) : "#none";
-        s += "f" + std::to_string(v.tensor.flags);
-      }
-    }
-  }
-  return s;
 }
 
 void require_same_recording(const std::string& a, const std::string& b) {

@@ -20,6 +20,10 @@ inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort o
 inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
 inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
 inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
+// Test only: the writer sleeps this many microseconds before each event it
+// writes (a disk slower than the training), so that tests can fill the queue.
+// `opguard record` passes OPGUARD_TEST_* variables through to the program.
+inline constexpr const char* kEnvTestWriterDelay = "OPGUARD_TEST_WRITER_DELAY_US";
 
 // Exit status of a training process whose recorder failed under --strict.
 inline constexpr int kStrictExitCode = 74;
@@ -53,12 +57,17 @@ struct SamplingPolicy {
 enum class QueueFullPolicy { kWait, kDrop };
 
 // The writer queue holds events, with the copies of the tensors the sampling
-// policy keeps in full, until they are written. Fingerprints never wait for
-// it (they are taken before the event is queued). When the copies it holds
-// would exceed max_bytes: kWait blocks the training thread until the writer
-// has written enough (complete recording, slower training); kDrop records the
-// new event with its fingerprints but without its full tensors (each flagged
-// kTensorDropped, counted in the manifest's dropped_tensors).
+// policy keeps in full, until they are written; max_bytes bounds what it
+// holds: the copies plus an estimate of each event's own size (its values,
+// shapes and strings). Fingerprints are taken before an event is queued.
+// When full tensors would exceed the bound: kWait blocks the training thread
+// until the writer has written enough (complete recording, slower training);
+// kDrop records the new event with its fingerprints but without its full
+// tensors (each flagged kTensorDropped, counted in the manifest's
+// dropped_tensors). Events themselves are never dropped: when events alone
+// fill the queue (a writer slower than fingerprint-only recording), the
+// training thread waits under either policy. An event larger than the bound
+// is taken alone, into an empty queue.
 struct QueueConfig {
   uint64_t max_bytes = uint64_t{1} << 30;
   QueueFullPolicy policy = QueueFullPolicy::kWait;
@@ -71,6 +80,7 @@ QueueConfig parse_queue(const std::string& text);
 uint64_t parse_bytes(const std::string& text);  // "512M", "2G", "1000"
 StepRange parse_step_range(const std::string& text);  // "3", "2:5"
 EventWindow parse_window(const std::string& text);    // "1234", "1234:50", "2.57:10"
+uint32_t test_writer_delay_from_env();                // kEnvTestWriterDelay, 0 when unset
 
 struct RecorderConfig {
   std::string out_dir;
@@ -79,6 +89,7 @@ struct RecorderConfig {
   bool strict = false;
   int hash_threads = 1;
   std::string command;
+  uint32_t test_writer_delay_us = 0;  // kEnvTestWriterDelay (also read by Recorder::start)
 
   // From the kEnv* variables; nullopt when OPGUARD_OUT is unset.
   static std::optional<RecorderConfig> from_env();
