@@ -48,7 +48,8 @@ json config_j(const ConfigSearchResult& r) {
 }
 
 json shape_json(const InputShape& s) {
-  return json{{"argument", s.argument}, {"name", s.name}, {"dtype", s.dtype}, {"sizes", s.sizes}, {"bytes", s.bytes}};
+  return json{{"argument", s.argument}, {"name", s.name},   {"dtype", s.dtype},
+              {"sizes", s.sizes},       {"bytes", s.bytes}, {"recorded", s.recorded}};
 }
 
 json shrink_j(const ShrinkResult& r) {
@@ -108,7 +109,7 @@ std::string shrink_text(const ShrinkResult& r) {
   for (std::size_t i = 0; i < r.original.size(); ++i) {
     const auto& a = r.original[i];
     const auto& b = r.final[i];
-    t += fmt::format("  {} -> [{}]{}\n", shape_text(a), fmt::join(b.sizes, ","), a.bytes == 0 ? "  (no data)" : "");
+    t += fmt::format("  {} -> [{}]{}\n", shape_text(a), fmt::join(b.sizes, ","), a.recorded ? "" : "  (uninitialised in the recording)");
   }
   t += fmt::format("inputs {} -> {} bytes ({:.1f}%), {} trials ({} kept the divergence){}\n", r.original_bytes,
                    r.final_bytes, r.original_bytes ? 100.0 * r.final_bytes / r.original_bytes : 0.0, r.trials,
@@ -133,7 +134,7 @@ std::string run_text(const RunResult& r) {
   if (r.shrink) {
     std::string shapes;
     for (const auto& s : r.shrink->final)
-      if (s.bytes) shapes += (shapes.empty() ? "" : ", ") + fmt::format("[{}]", fmt::join(s.sizes, ","));
+      shapes += (shapes.empty() ? "" : ", ") + fmt::format("[{}]", fmt::join(s.sizes, ","));
     t += fmt::format("  inputs   {} -> {} bytes: {}\n", r.shrink->original_bytes, r.shrink->final_bytes, shapes);
   }
   t += "  replayed " + r.recording + (r.rerecorded ? " (re-recorded with full tensors)" : "") + "\n";

@@ -52,8 +52,8 @@ ShrinkResult shrink_inputs(const ShrinkOptions& options) {
   for (int a = 0; a < static_cast<int>(ev.inputs.size()); ++a) {
     const auto& v = ev.inputs[a];
     if (v.kind != formats::ValueKind::kTensor) continue;
-    InputShape shape{a, v.name, std::string(dtype_name(v.tensor.dtype)), v.tensor.sizes, 0};
-    shape.bytes = (v.tensor.flags & formats::kTensorHasData) ? bytes_of(v.tensor, v.tensor.sizes) : 0;
+    InputShape shape{a, v.name, std::string(dtype_name(v.tensor.dtype)), v.tensor.sizes,
+                     bytes_of(v.tensor, v.tensor.sizes), (v.tensor.flags & formats::kTensorHasData) != 0};
     result.original.push_back(shape);
     result.original_bytes += shape.bytes;
     for (int d = 0; d < static_cast<int>(v.tensor.sizes.size()); ++d)
@@ -151,7 +151,7 @@ ShrinkResult shrink_inputs(const ShrinkOptions& options) {
     for (const auto& d : dims)
       if (d.argument == f.argument) f.sizes[d.dim] = d.length;
     const auto& meta = ev.inputs[f.argument].tensor;
-    f.bytes = shape.bytes == 0 ? 0 : bytes_of(meta, f.sizes);
+    f.bytes = bytes_of(meta, f.sizes);
     result.final_bytes += f.bytes;
     result.final.push_back(std::move(f));
   }

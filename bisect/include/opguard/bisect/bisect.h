@@ -116,7 +116,8 @@ struct InputShape {
   std::string name;
   std::string dtype;
   std::vector<int64_t> sizes;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;     // logical size (numel x element size)
+  bool recorded = true;   // the recording holds its data (false: an uninitialised buffer)
 };
 
 struct ShrinkResult {
