@@ -500,7 +500,7 @@ TEST_CASE("under opguard record a writer slower than the training meets the queu
   REQUIRE(ls.exit_code == 0);
   REQUIRE(ls.out.find(std::to_string(drop_dropped) + " full tensor(s) dropped") != std::string::npos);
   MESSAGE("queue full under opguard record (tiny_gpt " << steps << " steps, --dump-all, --queue-bytes " << kQueueBound
-                                                       << ", " << kSlowWriter << "): wait: peak queue "
+                                                       << ", " << std::string(kSlowWriter) << "): wait: peak queue "
                                                        << wait.peak_queued << " bytes, 0 dropped; drop: peak queue "
                                                        << drop.peak_queued << " bytes, " << drop_dropped
                                                        << " full tensors dropped and counted, all " << drop_events
