@@ -146,7 +146,7 @@ TEST_CASE("a writer slower than the training keeps the queue within its bound fo
   const std::string tmp = temp_dir();
   const LoopResult plain = train(kSteps);
   const bool hwm_resets = reset_vm_hwm();
-  MESSAGE("VmHWM " << (hwm_resets ? "is reset before each recorded loop" : "cannot be reset here (clear_refs)"));
+  MESSAGE("VmHWM " << std::string(hwm_resets ? "is reset before each recorded loop" : "cannot be reset here (clear_refs)"));
 
   RecordedLoop wait = record_loop(tmp + "/wait", kSteps, "bytes=256K;policy=wait");
   RecordedLoop drop = record_loop(tmp + "/drop", kSteps, "bytes=256K;policy=drop");
