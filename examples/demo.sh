@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The README's demo: record the C++ example twice, under 2 and under 1 intra-op
-# threads (one numerics knob), find the first divergent operator, re-record the
-# window around it with full tensors, and diff again for element-wise evidence.
+# threads (one numerics knob), name the first divergent operator, then run the
+# whole pipeline: `opguard bisect run` re-records the window around it with full
+# tensors, replays it under both runs' configs, bisects the configuration to the
+# knob that flips the bits, shrinks the inputs and writes a checked repro bundle.
 # Called by ./setup.sh demo with the build directory.
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="$(cd "${1:-build}" && pwd)"
 OG="$BUILD/bin/opguard"
+PY="${OPGUARD_PYTHON:-$ROOT/.venv/bin/python}"
 OUT="$(mktemp -d /tmp/opguard-demo-XXXXXX)"
 cd "$OUT"
 echo "== opguard record --out runA -- tiny_gpt --steps 3 --threads 2"
@@ -22,16 +26,16 @@ rc=0
 "$OG" diff runA runB --max-origins 1 --trace divergence.json || rc=$?
 echo "(exit code $rc: 3 means the runs diverge)"
 echo
-# The commands diff printed to re-record the window with full tensors.
-"$OG" diff runA runB --json > diff.json || true
-ID="$(python3 -c 'import json; print(json.load(open("diff.json"))["first_divergent"]["suspect_id"])')"
-echo "== re-record the window around event $ID in both runs (the commands diff printed)"
-python3 -c 'import json; print(json.load(open("diff.json"))["first_divergent"]["rerecord_command"])' > rerecord.sh
-sh rerecord.sh > /dev/null 2>&1
-echo
-echo "== opguard diff runA-around-$ID runB-around-$ID --max-origins 1"
+echo "== opguard bisect run runA runB -o bisect-out --check-with python"
 rc=0
-"$OG" diff "runA-around-$ID" "runB-around-$ID" --max-origins 1 || rc=$?
+"$OG" bisect run runA runB -o bisect-out --check-with "$PY" || rc=$?
 echo "(exit code $rc)"
+if [ -d bisect-out/bundle ]; then
+  echo
+  echo "== the bundle: ls bisect-out/bundle; cat bisect-out/bundle/README.md"
+  ls bisect-out/bundle
+  cat bisect-out/bundle/README.md
+fi
 echo
 echo "demo files are in $OUT (divergence.json opens in ui.perfetto.dev)"
+exit "$rc"

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "opguard/bisect/bisect.h"
 
@@ -19,6 +21,7 @@ bool has(const std::vector<int>& s, int x) { return std::find(s.begin(), s.end()
 
 // Counts distinct subsets asked, and checks the oracle is never asked twice.
 struct Counting {
+  explicit Counting(std::function<TrialOutcome(const std::vector<int>&)> fn) : f(std::move(fn)) {}
   std::function<TrialOutcome(const std::vector<int>&)> f;
   std::set<std::vector<int>> asked;
   bool repeated = false;
