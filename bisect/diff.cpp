@@ -45,7 +45,7 @@ using formats::ValueKind;
 
 // Manifest keys that differ between any two runs and say nothing about numerics.
 const std::set<std::string> kVolatileInfo = {"start_time", "end_time", "pid", "bytes_written", "peak_queued_bytes",
-                                             "events", "dropped_tensors"};
+                                             "events", "dropped_tensors", "peak_rss_bytes"};
 
 constexpr int kNumPhases = 4;
 
