@@ -212,5 +212,12 @@ TEST_CASE("a 4-rank Gloo run: four file sets, the ranks agree, and two runs diff
   REQUIRE(diverged.exit_code == 3);
   const std::size_t first = diverged.out.find("first divergent operator:");
   REQUIRE(first != std::string::npos);
-  REQUIRE(diverged.out.find("step 0, rank 0, optimizer", first) != std::string::npos);
+  // Every rank diverges at the same event of step 0's optimizer phase; which
+  // rank is named first among equals is not part of the contract.
+  bool some_rank = false;
+  for (int r = 0; r < 4; ++r) {
+    const std::string where = "step 0, rank " + std::to_string(r) + ", optimizer";
+    some_rank = some_rank || diverged.out.find(where, first) != std::string::npos;
+  }
+  REQUIRE(some_rank);
 }
