@@ -14,6 +14,7 @@
 #include "../support/process.h"
 
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 
@@ -26,9 +27,7 @@ const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
             const std::vector<std::string>& env = {}) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out, "--"};
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  Result r = run(cmd, tmp.path().string(), env);
+  Result r = run(record_argv(kOpguard, out, {}, program), tmp.path().string(), env);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
 }

@@ -38,6 +38,7 @@
 
 using opguard::testing::read_file;
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::step_keys;
 using opguard::testing::TempDir;
@@ -71,11 +72,7 @@ std::vector<std::string> tiny_py(int steps) {
 
 std::vector<std::string> record_cmd(const std::string& out, const std::vector<std::string>& flags,
                                     const std::vector<std::string>& program) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  return cmd;
+  return record_argv(kOpguard, out, flags, program);
 }
 
 // A child process started without waiting for it; stdout and stderr go to

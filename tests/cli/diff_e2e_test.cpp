@@ -13,6 +13,7 @@
 #include "../support/process.h"
 
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 
@@ -26,11 +27,7 @@ const std::string kChecker = OPGUARD_CHECK_FIRST_DIVERGENT;
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
             const std::vector<std::string>& env = {}, const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  Result r = run(cmd, tmp.path().string(), env);
+  Result r = run(record_argv(kOpguard, out, flags, program), tmp.path().string(), env);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
 }

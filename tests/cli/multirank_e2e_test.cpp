@@ -15,6 +15,7 @@
 #include "opguard/formats/recording.h"
 
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 namespace fmts = opguard::formats;
@@ -41,11 +42,7 @@ std::vector<std::string> ddp_example(int ranks, const std::vector<std::string>& 
 
 Result record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
               const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  return run(cmd, tmp.path().string());
+  return run(record_argv(kOpguard, out, flags, program), tmp.path().string());
 }
 
 Result run_opguard(const TempDir& tmp, const std::vector<std::string>& args) {

@@ -17,6 +17,7 @@
 using opguard::testing::event_key;
 using opguard::testing::events_of;
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 namespace fmts = opguard::formats;
@@ -42,11 +43,7 @@ std::vector<std::string> py_example(const std::vector<std::string>& extra = {}) 
 
 Result record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
               const std::vector<std::string>& flags = {}) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  return run(cmd, tmp.path().string());
+  return run(record_argv(kOpguard, out, flags, program), tmp.path().string());
 }
 
 void require_same_recording(const std::string& a, const std::string& b) {

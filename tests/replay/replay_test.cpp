@@ -18,6 +18,7 @@
 #include "opguard/replay/replay.h"
 
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 namespace replay = opguard::replay;
@@ -36,11 +37,7 @@ const std::string kKnobDumpOps = "aten::(sum|softmax|exp|mm|randn|dropout)";
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& flags,
             const std::vector<std::string>& program, const std::vector<std::string>& env = {}) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), program.begin(), program.end());
-  Result r = run(cmd, tmp.path().string(), env);
+  Result r = run(record_argv(kOpguard, out, flags, program), tmp.path().string(), env);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
 }

@@ -20,6 +20,7 @@
 #include "opguard/replay/replay.h"
 
 using opguard::testing::Result;
+using opguard::testing::record_argv;
 using opguard::testing::run;
 using opguard::testing::TempDir;
 namespace formats = opguard::formats;
@@ -33,10 +34,7 @@ const std::string kPython = OPGUARD_PYTHON_BIN;
 const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& flags) {
-  std::vector<std::string> cmd = {kOpguard, "record", "--out", out};
-  cmd.insert(cmd.end(), flags.begin(), flags.end());
-  cmd.insert(cmd.end(), {"--", kPython, kWindowOps});
-  Result r = run(cmd, tmp.path().string());
+  Result r = run(record_argv(kOpguard, out, flags, {kPython, kWindowOps}), tmp.path().string());
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
 }

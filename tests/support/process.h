@@ -45,6 +45,17 @@ class TempDir {
   bool keep_ = false;
 };
 
+// The argv of `OPGUARD record --out OUT FLAGS... -- PROGRAM...`.
+inline std::vector<std::string> record_argv(const std::string& opguard, const std::string& out,
+                                            const std::vector<std::string>& flags,
+                                            const std::vector<std::string>& program) {
+  std::vector<std::string> cmd = {opguard, "record", "--out", out};
+  cmd.insert(cmd.end(), flags.begin(), flags.end());
+  cmd.push_back("--");
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  return cmd;
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
