@@ -261,7 +261,11 @@ class DataParallel:
         return (t / self.world).item()
 
     def close(self):
+        # Every rank past its last collective before any tears its Gloo pairs
+        # down: a rank destroying the group while a peer still talks to it can
+        # abort the peer ("terminate called without an active exception").
         if self.dist is not None:
+            self.dist.barrier()
             self.dist.destroy_process_group()
 
 

@@ -28,6 +28,10 @@ const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 // One all-reduce per parameter tensor of ddp_example's model (embeddings 2,
 // block 16, final norm 2, head 1) and one for the loss, per step.
 constexpr std::size_t kAllReducesPerStep = 22;
+// ddp_example trains 2 steps; its closing barrier (after the last optimizer
+// step) opens a third step file that holds that collective
+// (and the tensor barrier() allocates for it).
+constexpr std::size_t kStepFiles = 3;
 
 // torchrun as `python -m torch.distributed.run`: the venv's launcher without
 // relying on PATH. --standalone picks a free port, so tests may run in parallel.
@@ -93,7 +97,13 @@ void require_ranks(const std::string& dir, int ranks) {
   std::vector<std::vector<fmts::Event>> events;
   for (int r = 0; r < ranks; ++r) {
     REQUIRE(layout.ranks[r].rank == r);
-    REQUIRE(layout.ranks[r].steps.size() == 2);
+    REQUIRE(layout.ranks[r].steps.size() == kStepFiles);
+    {
+      fmts::StepReader last(layout.ranks[r].steps.back().second);
+      bool barrier = false;
+      for (const auto& e : last.events()) barrier = barrier || e.op == "c10d::barrier";
+      REQUIRE(barrier);
+    }
     REQUIRE(layout.ranks[r].torn.empty());
     fmts::Manifest m = fmts::read_manifest(layout.ranks[r].manifest_path);
     REQUIRE(m.rank == r);
@@ -131,8 +141,8 @@ TEST_CASE("a 2-rank Gloo run recorded with opguard record: one file set per rank
   REQUIRE(rec.exit_code == 0);
   // The observer changes nothing: rank 0 prints the all-reduced loss.
   REQUIRE(rec.out == plain.out);
-  REQUIRE(rec.err.find("recorded rank 0: 2 complete step file(s)") != std::string::npos);
-  REQUIRE(rec.err.find("recorded rank 1: 2 complete step file(s)") != std::string::npos);
+  REQUIRE(rec.err.find("recorded rank 0: 3 complete step file(s)") != std::string::npos);
+  REQUIRE(rec.err.find("recorded rank 1: 3 complete step file(s)") != std::string::npos);
   require_ranks(tmp / "run", 2);
 
   // With full tensors: each output is, element for element, the float sum of
