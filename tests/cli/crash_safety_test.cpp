@@ -2,8 +2,8 @@
 //   - SIGKILL at seeded random points: the recording opens with ls, show and
 //     diff, every completed step equals an uninterrupted recording's, the
 //     torn step is reported;
-//   - a full disk (a tmpfs made for the test, or RLIMIT_FSIZE where mounting
-//     is not allowed): the recorder stops, says so once, marks the manifest,
+//   - a full disk (a tmpfs made for the test, or where mounting is not allowed
+//     and always in record_disk_full_preload, enospc_preload.cpp): the recorder stops, says so once, marks the manifest,
 //     and the training computes the same bits; --strict aborts with 74;
 //   - a writer slower than the training (test knob OPGUARD_TEST_WRITER_DELAY_US)
 //     behind a tiny queue: the bound holds over thousands of steps under both
@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -76,14 +74,14 @@ std::vector<std::string> record_cmd(const std::string& out, const std::vector<st
 }
 
 // A child process started without waiting for it; stdout and stderr go to
-// files in `scratch`. `pre_exec` runs in the child before exec.
+// files in `scratch`; `env` entries are added to the child's environment.
 struct Child {
   pid_t pid = -1;
   std::string out_path, err_path;
 };
 
 Child spawn(const std::vector<std::string>& argv, const std::string& scratch, const std::string& tag,
-            const std::vector<std::string>& env = {}, const std::function<void()>& pre_exec = {}) {
+            const std::vector<std::string>& env = {}) {
   Child c;
   c.out_path = scratch + "/" + tag + ".stdout";
   c.err_path = scratch + "/" + tag + ".stderr";
@@ -94,7 +92,6 @@ Child spawn(const std::vector<std::string>& argv, const std::string& scratch, co
     dup2(out, 1);
     dup2(err, 2);
     for (const auto& kv : env) putenv(const_cast<char*>(kv.c_str()));
-    if (pre_exec) pre_exec();
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -116,8 +113,8 @@ Result wait_child(const Child& c) {
 }
 
 Result run_with(const std::vector<std::string>& argv, const std::string& scratch, const std::string& tag,
-                const std::vector<std::string>& env = {}, const std::function<void()>& pre_exec = {}) {
-  return wait_child(spawn(argv, scratch, tag, env, pre_exec));
+                const std::vector<std::string>& env = {}) {
+  return wait_child(spawn(argv, scratch, tag, env));
 }
 
 std::size_t count(const std::string& text, const std::string& what) {
@@ -305,16 +302,16 @@ TEST_CASE("a SIGKILL at random points of a recorded Python run leaves every comp
 
 namespace {
 
-// A file system that fills up: an 8 MiB tmpfs mounted for the test, or, where
-// mounting is not allowed (not root, a container) or OPGUARD_DISK_FULL=rlimit,
-// RLIMIT_FSIZE on the training process with SIGXFSZ ignored (writes past the
-// limit fail with EFBIG instead of ENOSPC).
+// A file system that fills up at 8 MiB: a tmpfs of that size mounted for the
+// test, or, where mounting is not allowed (not root, a container) or
+// OPGUARD_DISK_FULL=preload, enospc_preload.cpp's budget of that size on the
+// recording directory (writes past it fail with ENOSPC, as on the tmpfs).
 class FullDisk {
  public:
   explicit FullDisk(const TempDir& tmp) : dir_(tmp / "disk") {
     fs::create_directories(dir_);
     const char* forced = std::getenv("OPGUARD_DISK_FULL");
-    if (forced == nullptr || std::string(forced) != "rlimit") {
+    if (forced == nullptr || std::string(forced) != "preload") {
       if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=8m") == 0) {
         mounted_ = true;
         method_ = "tmpfs of 8 MiB mounted at " + dir_ + " (writes fail with ENOSPC)";
@@ -322,7 +319,8 @@ class FullDisk {
       }
       method_ = std::string("mount failed (") + std::strerror(errno) + "), so ";
     }
-    method_ += "RLIMIT_FSIZE of " + std::to_string(kFileLimit >> 10) + " KiB with SIGXFSZ ignored (writes fail with EFBIG)";
+    method_ += "LD_PRELOAD " + std::string(OPGUARD_ENOSPC_PRELOAD) + " with a budget of 8 MiB on " + dir_ +
+               " (writes fail with ENOSPC)";
   }
   ~FullDisk() {
     if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
@@ -330,25 +328,17 @@ class FullDisk {
   FullDisk(const FullDisk&) = delete;
   FullDisk& operator=(const FullDisk&) = delete;
 
+  static constexpr uint64_t kBytes = uint64_t{8} << 20;
   const std::string& dir() const { return dir_; }
   const std::string& method() const { return method_; }
-  bool mounted() const { return mounted_; }
-  // The text of the error the recorder reports.
-  const char* error_text() const { return mounted_ ? "No space left on device" : "File too large"; }
-  // Runs in the child before exec.
-  std::function<void()> pre_exec() const {
+  // The environment a recorded run on this disk needs.
+  std::vector<std::string> env() const {
     if (mounted_) return {};
-    return [] {
-      struct rlimit lim {kFileLimit, kFileLimit};
-      setrlimit(RLIMIT_FSIZE, &lim);
-      signal(SIGXFSZ, SIG_IGN);
-    };
+    return {std::string("LD_PRELOAD=") + OPGUARD_ENOSPC_PRELOAD, "OPGUARD_TEST_ENOSPC_DIR=" + dir_,
+            "OPGUARD_TEST_ENOSPC_BYTES=" + std::to_string(kBytes)};
   }
 
  private:
-  // Above the manifest, the reserve and --out-params; below one step file of
-  // tiny_gpt with full tensors (checked by the test).
-  static constexpr rlim_t kFileLimit = 1 << 20;
   std::string dir_;
   std::string method_;
   bool mounted_ = false;
@@ -361,13 +351,6 @@ TEST_CASE("a full disk stops the recording once, marks it incomplete, and the tr
   const std::string scratch = tmp.path().string();
   FullDisk disk(tmp);
   MESSAGE("disk full: " << disk.method());
-  if (!disk.mounted()) {
-    // Known defect: under RLIMIT_FSIZE, HDF5 1.10.8 crashes at the program's
-    // exit after the failed step file is abandoned (the memory file it is
-    // redirected to hits the same limit). Skipped visibly until fixed.
-    MESSAGE("SKIPPED: the RLIMIT_FSIZE fallback is known to crash at exit; only the tmpfs method is tested");
-    return;
-  }
   const int steps = 40;
   // Steps 0-2 small (fingerprints), then full tensors: a few steps fit.
   const std::vector<std::string> kDumpFrom3 = {"--dump-steps", "3:1000"};
@@ -382,26 +365,26 @@ TEST_CASE("a full disk stops the recording once, marks it incomplete, and the tr
     largest_step = std::max<uint64_t>(largest_step, fs::file_size(path));
     total += fs::file_size(path);
   }
-  if (disk.mounted()) REQUIRE(total > (uint64_t{8} << 20));  // the run does not fit
-  else REQUIRE(largest_step > (uint64_t{1} << 20));          // a step file passes the limit
+  REQUIRE(total > FullDisk::kBytes);  // the run does not fit
+  REQUIRE(largest_step < FullDisk::kBytes);  // but a step does
 
   SUBCASE("without --strict the run finishes with the same loss and parameters") {
     const std::string out = disk.dir() + "/rec";
     Result rec = run_with(record_cmd(out, kDumpFrom3, tiny_cpp(steps, {"--out-params", tmp / "rec.bin"})),
-                          scratch, "full", {}, disk.pre_exec());
+                          scratch, "full", disk.env());
     INFO(rec.err);
     REQUIRE(rec.exit_code == 0);
     REQUIRE(rec.out == plain.out);  // every step's loss bits
     REQUIRE(read_file(tmp / "rec.bin") == read_file(tmp / "plain.bin"));
     REQUIRE(read_file(tmp / "rec.bin").size() > 1000);
     REQUIRE(count(rec.err, "opguard: recording stopped") == 1);
-    REQUIRE(rec.err.find(disk.error_text()) != std::string::npos);
+    REQUIRE(rec.err.find("No space left on device") != std::string::npos);
     REQUIRE(count(rec.err, "opguard:") == 2);  // that line and record's summary line
     REQUIRE(rec.err.find("incomplete: recording stopped early") != std::string::npos);
     auto info = info_of(out);
     REQUIRE(info["recording_failed"] == "1");
     REQUIRE(info["clean_exit"] == "0");
-    REQUIRE(info["failure"].find(disk.error_text()) != std::string::npos);
+    REQUIRE(info["failure"].find("No space left on device") != std::string::npos);
     REQUIRE(!fs::exists(out + "/rank0/space.reserve"));
     const auto complete = contiguous_steps(out);
     REQUIRE(complete.size() < static_cast<std::size_t>(steps));
@@ -418,8 +401,7 @@ TEST_CASE("a full disk stops the recording once, marks it incomplete, and the tr
   }
   SUBCASE("with --strict the run aborts with exit code 74") {
     const std::string out = disk.dir() + "/strict";
-    Result rec = run_with(record_cmd(out, {"--dump-steps", "3:1000", "--strict"}, tiny_cpp(steps)), scratch, "strict", {},
-                          disk.pre_exec());
+    Result rec = run_with(record_cmd(out, {"--dump-steps", "3:1000", "--strict"}, tiny_cpp(steps)), scratch, "strict", disk.env());
     INFO(rec.err);
     REQUIRE(rec.exit_code == 74);
     REQUIRE(count(rec.err, "--strict was given: aborting the run (exit 74)") == 1);
