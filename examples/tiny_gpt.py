@@ -34,6 +34,7 @@ every rank takes the same optimizer step. Only rank 0 prints the result lines
 """
 
 import argparse
+import gc
 import math
 import os
 import struct
@@ -261,12 +262,16 @@ class DataParallel:
         return (t / self.world).item()
 
     def close(self):
-        # Every rank past its last collective before any tears its Gloo pairs
-        # down: a rank destroying the group while a peer still talks to it can
-        # abort the peer ("terminate called without an active exception").
+        # Gloo's worker threads must be gone before the interpreter finalises:
+        # one that drops the last reference to a finished collective's tensors
+        # then takes the GIL and aborts the process ("terminate called without
+        # an active exception", the teardown race of pytorch/pytorch#179291).
+        # The barrier puts every rank past its last collective; destroying the
+        # group, and collecting what still refers to it, joins the threads.
         if self.dist is not None:
             self.dist.barrier()
             self.dist.destroy_process_group()
+            gc.collect()
 
 
 def main(argv):
