@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "opguard/replay/replay.h"
 #include "verbs.h"
@@ -29,13 +31,25 @@ void add_configs_command(CLI::App& app, VerbResult& result) {
   sub->footer(kHelp);
   sub->add_flag("--json", *json, "Machine-readable output");
   sub->callback([json, &result] {
-    const auto& table = replay::knob_table();
+    // The GPU knobs depend on this machine: ask (loads libtorch_cuda once).
+    std::string no_cuda;
+    const bool cuda = replay::cuda_device_count(&no_cuda) > 0;
+    std::vector<replay::KnobInfo> table = replay::knob_table();
+    for (auto& k : table) {
+      if (!k.needs_cuda || cuda || !k.available) continue;
+      if (k.name == "device") {
+        k.values += "; cuda:N unavailable here: " + no_cuda;
+        continue;
+      }
+      k.available = false;
+      k.unavailable_reason = no_cuda;
+    }
     if (*json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& k : table) {
         j.push_back({{"name", k.name}, {"values", k.values}, {"changes", k.changes},
                      {"process_wide", k.process_wide}, {"available", k.available},
-                     {"unavailable_reason", k.unavailable_reason}});
+                     {"unavailable_reason", k.unavailable_reason}, {"needs_cuda", k.needs_cuda}});
       }
       std::printf("%s\n", j.dump(2).c_str());
     } else {

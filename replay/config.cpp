@@ -14,9 +14,6 @@
 namespace opguard::replay {
 namespace {
 
-constexpr const char* kNoCuda =
-    "this build links the CPU libtorch only: build with OPGUARD_CUDA=ON and run on a machine with a GPU";
-
 bool cpu_has_flag(const std::string& flag) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -37,8 +34,8 @@ std::vector<KnobInfo> make_table() {
                  std::string why = "") {
     t.push_back(KnobInfo{std::move(name), std::move(values), std::move(changes), process_wide, available, std::move(why)});
   };
-  add("device", "cpu (cuda:N on CUDA builds)", "where the op runs; CPU vs GPU kernels give other bits for most "
-      "floating ops", false);
+  add("device", "cpu|cuda:N (cuda = cuda:0; needs a CUDA device)", "where the op runs: the recorded inputs are "
+      "copied to the device, the outputs back; CPU vs GPU kernels give other bits for most floating ops", false);
   add("threads", "positive integer", "intra-op threads (at::set_num_threads, also MKL's): full reductions "
       "(sum, mean over all elements) split their work by thread count", false);
   const bool avx2 = cpu_has_flag("avx2");
@@ -68,17 +65,24 @@ std::vector<KnobInfo> make_table() {
   add("env:NAME", "any string", "sets environment variable NAME for the trial (MKL_CBWR, OMP_*, DNNL_*, ...); "
       "read by libraries at start-up", true);
   const char* gpu[][2] = {
-      {"tf32_cublas", "cuBLAS matmul in TF32 (torch.backends.cuda.matmul.allow_tf32)"},
-      {"tf32_cudnn", "cuDNN convolutions in TF32 (torch.backends.cudnn.allow_tf32)"},
-      {"cudnn_benchmark", "cuDNN autotuning picks another algorithm"},
-      {"cudnn_deterministic", "deterministic cuDNN algorithms only"},
-      {"reduced_precision_reduction", "fp16/bf16 GEMM accumulating in reduced precision"},
-      {"cublas_workspace_config", "CUBLAS_WORKSPACE_CONFIG: cuBLAS split-K workspace"},
-      {"sdpa_backend", "scaled_dot_product_attention backend (math, flash, efficient, cudnn)"},
+      {"tf32_cublas", "cuBLAS fp32 matmul in TF32 (torch.backends.cuda.matmul.allow_tf32)"},
+      {"tf32_cudnn", "cuDNN fp32 convolutions in TF32 (torch.backends.cudnn.allow_tf32)"},
+      {"cudnn_benchmark", "cuDNN autotuning: the fastest measured algorithm, not the heuristic's (torch.backends.cudnn.benchmark)"},
+      {"cudnn_deterministic", "deterministic cuDNN algorithms only (torch.backends.cudnn.deterministic)"},
+      {"reduced_precision_reduction", "fp16 and bf16 cuBLAS GEMMs may accumulate in reduced precision "
+                                      "(allow_fp16/bf16_reduced_precision_reduction)"},
+      {"cublas_workspace_config", "CUBLAS_WORKSPACE_CONFIG for the trial: the cuBLAS workspace, which decides "
+                                  "split-K reductions (:4096:8 and :16:8 are the deterministic settings)"},
+      {"sdpa_backend", "the only scaled_dot_product_attention backend the trial enables "
+                       "(torch.backends.cuda.sdp_kernel)"},
   };
-  for (const auto& g : gpu) add(g[0], g[0] == std::string("sdpa_backend") ? "math|flash|efficient|cudnn" :
-                                g[0] == std::string("cublas_workspace_config") ? ":4096:8|:16:8" : "on|off",
-                                g[1], false, false, kNoCuda);
+  for (const auto& g : gpu) {
+    const std::string name = g[0];
+    add(name, name == "sdpa_backend" ? "math|flash|efficient|cudnn" : name == "cublas_workspace_config" ? ":N:M (:4096:8, :16:8)" : "on|off",
+        g[1], name == "cublas_workspace_config");
+    t.back().needs_cuda = true;
+  }
+  t.front().needs_cuda = true;  // device: cuda:N only; cpu always works
   return t;
 }
 
@@ -121,8 +125,33 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
   if (!info->available) throw UsageError(knob + " cannot be applied by this build: " + info->unavailable_reason);
   if (knob == "device") {
     if (v == "cpu") return v;
-    if (v.rfind("cuda", 0) == 0) throw UsageError("device=" + v + " cannot be applied by this build: " + kNoCuda);
-    throw UsageError("device=" + v + " is not a device: use cpu or cuda:N");
+    if (v != "cuda" && (v.rfind("cuda:", 0) != 0 || v.size() == 5 ||
+                        v.find_first_not_of("0123456789", 5) != std::string::npos || v.size() > 9))
+      throw UsageError("device=" + v + " is not a device: use cpu or cuda:N");
+    const int index = v == "cuda" ? 0 : std::stoi(v.substr(5));
+    std::string why;
+    const int devices = cuda_device_count(&why);
+    if (devices == 0) throw UsageError("device=" + v + " cannot be applied here: " + why);
+    if (index >= devices)
+      throw UsageError("device=" + v + " names no device: this machine has cuda:0 to cuda:" + std::to_string(devices - 1));
+    return "cuda:" + std::to_string(index);
+  }
+  if (info->needs_cuda) {
+    std::string why;
+    if (cuda_device_count(&why) == 0) throw UsageError(knob + " needs a CUDA device: " + why);
+    if (knob == "sdpa_backend") {
+      if (v == "math" || v == "flash" || v == "efficient" || v == "cudnn") return v;
+      throw UsageError("sdpa_backend=" + v + " is not a value of sdpa_backend: use math, flash, efficient or cudnn");
+    }
+    if (knob == "cublas_workspace_config") {
+      const auto second = v.find(':', 1);
+      const bool ok = v.size() >= 4 && v[0] == ':' && second != std::string::npos && second > 1 &&
+                      second + 1 < v.size() && v.find_first_not_of("0123456789:") == std::string::npos &&
+                      v.find(':', second + 1) == std::string::npos;
+      if (!ok) throw UsageError("cublas_workspace_config=" + v + " is not :SIZE_KIB:COUNT, for example :4096:8");
+      return v;
+    }
+    return canonical_bool(knob, v);
   }
   if (knob == "threads" || knob == "blas_threads" || knob == "tp" || knob == "microbatches")
     return canonical_positive(knob, v);

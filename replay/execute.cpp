@@ -10,6 +10,7 @@
 #include <torch/headeronly/version.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -114,12 +115,13 @@ std::vector<std::string> list_items(const std::string& text) {
 // it, and a strided view on it. Zero fill makes bytes outside the view (and
 // uninitialised buffers) the same in every trial. `shared` (optional) is the
 // storage of inputs that alias each other (see shared_storages): then the view
-// is made on it, and it already holds the bits.
+// is made on it, and it already holds the bits. With `device` (device=cuda:N)
+// the storage is built on the CPU and copied there whole, layout and all.
 at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, const std::string& what,
-                       const at::Tensor* shared = nullptr) {
-  if (m.device != "cpu")
-    throw CannotReplay{CannotReason::kUnsupportedValue,
-                       what + " was recorded on " + m.device + "; this build replays on the CPU only"};
+                       const at::Tensor* shared, const std::optional<c10::Device>& device) {
+  if (m.device != "cpu" && !device)
+    throw CannotReplay{CannotReason::kUnsupportedValue, what + " was recorded on " + m.device +
+                                                            ": replay it there with --config device=" + m.device};
   auto st = to_scalar_type(m.dtype);
   if (!st) throw CannotReplay{CannotReason::kUnsupportedValue, what + " has a dtype this libtorch lacks"};
   const int ndim = static_cast<int>(m.sizes.size());
@@ -135,6 +137,7 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
     // what the recording saw.
     scatter_view(m, es, data->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
   }
+  if (device && shared == nullptr) storage = storage.to(*device);
   // set_ rather than as_strided: the result owns its storage and is not a view,
   // like the tensors ops such as detach_ insist on.
   at::Tensor t = at::empty({0}, storage.options());
@@ -150,11 +153,12 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
 // reinterpreting view) is rebuilt once per input, as before. Keyed by storage
 // id; inputs with a storage of their own are absent.
 std::map<uint64_t, at::Tensor> shared_storages(const formats::Event& ev,
-                                               const std::vector<const formats::TensorData*>& data) {
+                                               const std::vector<const formats::TensorData*>& data,
+                                               const std::optional<c10::Device>& device) {
   std::map<uint64_t, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
     const Value& v = ev.inputs[i];
-    if (v.kind == ValueKind::kTensor && v.tensor.storage_id != 0 && v.tensor.device == "cpu" &&
+    if (v.kind == ValueKind::kTensor && v.tensor.storage_id != 0 && (v.tensor.device == "cpu" || device) &&
         v.tensor.strides.size() == v.tensor.sizes.size())
       groups[v.tensor.storage_id].push_back(i);
   }
@@ -180,7 +184,7 @@ std::map<uint64_t, at::Tensor> shared_storages(const formats::Event& ev,
                            "argument '" + ev.inputs[i].name + "': the stored tensor has the wrong size"};
       scatter_view(m, es, data[i]->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
     }
-    shared.emplace(id, storage);
+    shared.emplace(id, device ? storage.to(*device) : storage);
   }
   return shared;
 }
@@ -190,7 +194,7 @@ at::Tensor state_tensor(const Value& v, const formats::TensorData* data) {
     throw CannotReplay{CannotReason::kInputsNotRecorded, "the generator state of '" + v.name + "' is not recorded in full"};
   if (v.text != "cpu")
     throw CannotReplay{CannotReason::kUnsupportedValue, "a " + v.text + " generator cannot be replayed on the CPU"};
-  return make_tensor(v.tensor, data, "generator state").contiguous();
+  return make_tensor(v.tensor, data, "generator state", nullptr, std::nullopt).contiguous();
 }
 
 c10::TypePtr unwrap_optional(c10::TypePtr t, bool* optional = nullptr) {
@@ -317,6 +321,28 @@ class SettingsScope {
       flush_ = true;
       at::globalContext().setFlushDenormal(*s.flush_denormal);
     }
+    // The GPU knobs (validated against a CUDA device when the config was parsed).
+    gpu_ = s.tf32_cublas || s.tf32_cudnn || s.cudnn_benchmark || s.cudnn_deterministic ||
+           s.reduced_precision_reduction || s.sdpa_backend;
+    if (!gpu_) return;
+    tf32_cublas_ = ctx.allowTF32CuBLAS();
+    tf32_cudnn_ = ctx.allowTF32CuDNN();
+    benchmark_ = ctx.benchmarkCuDNN();
+    cudnn_deterministic_ = ctx.deterministicCuDNN();
+    fp16_reduction_ = ctx.allowFP16ReductionCuBLAS();
+    bf16_reduction_ = ctx.allowBF16ReductionCuBLAS();
+    sdp_ = {ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
+            ctx.userEnabledCuDNNSDP()};
+    if (s.tf32_cublas) ctx.setAllowTF32CuBLAS(*s.tf32_cublas);
+    if (s.tf32_cudnn) ctx.setAllowTF32CuDNN(*s.tf32_cudnn);
+    if (s.cudnn_benchmark) ctx.setBenchmarkCuDNN(*s.cudnn_benchmark);
+    if (s.cudnn_deterministic) ctx.setDeterministicCuDNN(*s.cudnn_deterministic);
+    if (s.reduced_precision_reduction) {
+      ctx.setAllowFP16ReductionCuBLAS(*s.reduced_precision_reduction);
+      ctx.setAllowBF16ReductionCuBLAS(*s.reduced_precision_reduction);
+    }
+    if (s.sdpa_backend) set_sdp(*s.sdpa_backend == "math", *s.sdpa_backend == "flash",
+                                *s.sdpa_backend == "efficient", *s.sdpa_backend == "cudnn");
   }
   ~SettingsScope() {
     auto& ctx = at::globalContext();
@@ -325,15 +351,55 @@ class SettingsScope {
     ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);
     ctx.setFloat32MatmulPrecision(precision_);
     if (flush_) at::globalContext().setFlushDenormal(false);
+    if (!gpu_) return;
+    ctx.setAllowTF32CuBLAS(tf32_cublas_);
+    ctx.setAllowTF32CuDNN(tf32_cudnn_);
+    ctx.setBenchmarkCuDNN(benchmark_);
+    ctx.setDeterministicCuDNN(cudnn_deterministic_);
+    using R = at::CuBLASReductionOption;
+    ctx.setAllowFP16ReductionCuBLAS(fp16_reduction_ == R::AllowReducedPrecisionWithSplitK,
+                                    fp16_reduction_ != R::DisallowReducedPrecisionDisallowSplitK);
+    ctx.setAllowBF16ReductionCuBLAS(bf16_reduction_ == R::AllowReducedPrecisionWithSplitK,
+                                    bf16_reduction_ != R::DisallowReducedPrecisionDisallowSplitK);
+    set_sdp(sdp_[0], sdp_[1], sdp_[2], sdp_[3]);
   }
   SettingsScope(const SettingsScope&) = delete;
   SettingsScope& operator=(const SettingsScope&) = delete;
 
  private:
+  static void set_sdp(bool math, bool flash, bool efficient, bool cudnn) {
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseMath(math);
+    ctx.setSDPUseFlash(flash);
+    ctx.setSDPUseMemEfficient(efficient);
+    ctx.setSDPUseCuDNN(cudnn);
+  }
+  bool gpu_ = false, tf32_cublas_ = false, tf32_cudnn_ = true, benchmark_ = false, cudnn_deterministic_ = false;
+  at::CuBLASReductionOption fp16_reduction_{}, bf16_reduction_{};
+  std::array<bool, 4> sdp_{};
   int threads_ = 1;
   bool mkldnn_ = true, deterministic_ = false, deterministic_warn_ = false, flush_ = false;
   std::string precision_ = "highest";
 };
+
+// A replayed output copied to the CPU, layout kept (tensors and lists of them).
+c10::IValue on_cpu(const c10::IValue& iv) {
+  if (iv.isTensor()) {
+    const at::Tensor& t = iv.toTensor();
+    return t.defined() && !t.device().is_cpu() ? c10::IValue(t.cpu()) : iv;
+  }
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : iv.toTensorVector()) out.push_back(t.defined() && !t.device().is_cpu() ? t.cpu() : t);
+    return c10::IValue(out);
+  }
+  if (iv.isTuple()) {
+    std::vector<c10::IValue> elems;
+    for (const auto& e : iv.toTupleRef().elements()) elems.push_back(on_cpu(e));
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(elems)));
+  }
+  return iv;
+}
 
 at::Tensor cast_input(at::Tensor t, const Settings& s) {
   if (!s.dtype || !t.defined() || !at::isFloatingType(t.scalar_type())) return t;
@@ -600,7 +666,9 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
   try {
     torch::jit::Stack stack;
     std::optional<at::Tensor> default_state;
-    const auto shared = shared_storages(ev, data);
+    const std::optional<c10::Device> device =
+        settings.device ? std::optional<c10::Device>(c10::Device(*settings.device)) : std::nullopt;
+    const auto shared = shared_storages(ev, data, device);
     std::vector<std::pair<std::size_t, at::Tensor>> mutated;  // ev.inputs index, the tensor the op writes
     auto shared_of = [&](const TensorMeta& m) -> const at::Tensor* {
       auto it = shared.find(m.storage_id);
@@ -609,6 +677,10 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     std::size_t arg = 0;
     for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
       const Value& v = ev.inputs[i];
+      if (v.kind == ValueKind::kGenerator && device)
+        throw CannotReplay{CannotReason::kUnsupportedValue,
+                           "the op draws random numbers from a CPU generator whose state the recording holds; "
+                           "CUDA's generator is another algorithm, so it replays on the CPU only"};
       if (v.kind == ValueKind::kGenerator && v.name == "<default_generator>") {
         default_state = state_tensor(v, data[i]);
         continue;
@@ -620,7 +692,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       ++arg;
       if (v.kind == ValueKind::kTensor) {
         stack.emplace_back(
-            cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'", shared_of(v.tensor)), settings));
+            cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'", shared_of(v.tensor), device), settings));
         if (v.mutated) mutated.emplace_back(i, stack.back().toTensor());
       } else if (v.kind == ValueKind::kGenerator) {
         auto gen = at::detail::createCPUGenerator();
@@ -638,7 +710,8 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
           const Value& e = ev.inputs[i];
           at::Tensor t;
           if (e.kind == ValueKind::kTensor)
-            t = cast_input(make_tensor(e.tensor, data[i], "element of '" + v.name + "'", shared_of(e.tensor)), settings);
+            t = cast_input(make_tensor(e.tensor, data[i], "element of '" + v.name + "'", shared_of(e.tensor), device),
+                           settings);
           if (t.defined() && (v.mutated || e.mutated)) mutated.emplace_back(i, t);
           if (optional_elems) {
             opt_list.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
@@ -650,6 +723,8 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
         else stack.emplace_back(list);
       } else {
         stack.push_back(scalar_ivalue(v, type));
+        // A factory op's device= follows the trial's device.
+        if (device && stack.back().isDevice() && stack.back().toDevice().is_cpu()) stack.back() = c10::IValue(*device);
       }
     }
     for (; arg < args.size(); ++arg) {
@@ -676,10 +751,14 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       result.message = ev.op + " failed when replayed: " + (nl == std::string::npos ? what : what.substr(0, nl));
       return result;
     }
+    if (device) {
+      // Outputs come back to the CPU to be compared (the copy waits for the device).
+      for (auto& iv : stack) iv = on_cpu(iv);
+    }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& iv : stack) add_output(iv, result.outputs, ev, settings.dtype.has_value());
     for (auto& [index, t] : mutated) {
-      at::Tensor after = t;
+      at::Tensor after = device ? t.cpu() : t;
       if (settings.dtype && at::isFloatingType(after.scalar_type()))
         if (auto st = to_scalar_type(ev.inputs[index].tensor.dtype)) after = after.to(*st);
       result.mutated.emplace_back(index, argument_bits(after));

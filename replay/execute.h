@@ -29,6 +29,11 @@ struct Settings {
   // summed in (sequential | ring | tree).
   std::optional<int> tp, microbatches;
   std::optional<std::string> reduce;
+  // device=cuda:N: inputs are rebuilt on the CPU and copied there, outputs
+  // copied back before they are compared. The GPU knobs apply around the call.
+  std::optional<std::string> device;
+  std::optional<bool> tf32_cublas, tf32_cudnn, cudnn_benchmark, cudnn_deterministic, reduced_precision_reduction;
+  std::optional<std::string> sdpa_backend;  // math | flash | efficient | cudnn
 };
 
 // One output value, flattened like the recorder flattens them (a tensor list

@@ -91,6 +91,13 @@ detail::Settings settings_of(const Config& c) {
   if (auto v = c.get("tp")) s.tp = std::stoi(*v);
   if (auto v = c.get("microbatches")) s.microbatches = std::stoi(*v);
   if (auto v = c.get("reduce")) s.reduce = *v;
+  if (auto v = c.get("device"); v && *v != "cpu") s.device = *v;
+  if (auto v = c.get("tf32_cublas")) s.tf32_cublas = *v == "on";
+  if (auto v = c.get("tf32_cudnn")) s.tf32_cudnn = *v == "on";
+  if (auto v = c.get("cudnn_benchmark")) s.cudnn_benchmark = *v == "on";
+  if (auto v = c.get("cudnn_deterministic")) s.cudnn_deterministic = *v == "on";
+  if (auto v = c.get("reduced_precision_reduction")) s.reduced_precision_reduction = *v == "on";
+  if (auto v = c.get("sdpa_backend")) s.sdpa_backend = *v;
   return s;
 }
 
@@ -99,6 +106,7 @@ std::vector<std::string> env_of(const Config& c) {
   std::vector<std::string> env;
   for (const auto& [k, v] : c.knobs) {
     if (k == "cpu_capability") env.push_back("ATEN_CPU_CAPABILITY=" + v);
+    else if (k == "cublas_workspace_config") env.push_back("CUBLAS_WORKSPACE_CONFIG=" + v);
     else if (k == "blas_threads") {
       env.push_back("MKL_NUM_THREADS=" + v);
       env.push_back("OPENBLAS_NUM_THREADS=" + v);

@@ -217,13 +217,66 @@ TEST_CASE("config strings: canonical values, later settings win, one clear error
   CHECK_THROWS_AS(replay::Config::parse("threads"), opguard::UsageError);
   CHECK_THROWS_AS(replay::Config::parse("dtype=int8"), opguard::UsageError);
   CHECK_THROWS_AS(replay::Config::parse("cpu_capability=sse9"), opguard::UsageError);
-  CHECK_THROWS_AS(replay::Config::parse("device=cuda:0"), opguard::UsageError);
-  CHECK_THROWS_AS(replay::Config::parse("tf32_cublas=on"), opguard::UsageError);
-  try {
-    replay::Config::parse("device=cuda:0");
-  } catch (const opguard::UsageError& e) {
-    CHECK(std::string(e.what()).find("OPGUARD_CUDA") != std::string::npos);
+  CHECK_THROWS_AS(replay::Config::parse("device=gpu"), opguard::UsageError);
+  CHECK_THROWS_AS(replay::Config::parse("device=cuda:x"), opguard::UsageError);
+  // The GPU knobs need a CUDA device: refused with the reason where there is none.
+  std::string why;
+  if (replay::cuda_device_count(&why) == 0) {
+    CHECK_FALSE(why.empty());
+    CHECK_THROWS_AS(replay::Config::parse("tf32_cublas=on"), opguard::UsageError);
+    try {
+      replay::Config::parse("device=cuda:0");
+      CHECK(false);
+    } catch (const opguard::UsageError& e) {
+      CHECK(std::string(e.what()) == "device=cuda:0 cannot be applied here: " + why);
+    }
+  } else {
+    CHECK(replay::Config::parse("device=cuda,tf32_cublas=1,sdpa_backend=math").to_string() ==
+          "device=cuda:0,tf32_cublas=on,sdpa_backend=math");
+    CHECK_THROWS_AS(replay::Config::parse("device=cuda:4096"), opguard::UsageError);
+    CHECK_THROWS_AS(replay::Config::parse("cublas_workspace_config=4096"), opguard::UsageError);
   }
+}
+
+TEST_CASE("device=cuda:0 replays recorded CPU events on the GPU: exact element-wise ops reproduce, TF32 changes mm") {
+  std::string why;
+  if (replay::cuda_device_count(&why) == 0) {
+    MESSAGE("SKIPPED (no GPU): " << why);
+    return;
+  }
+  // One full step of the C++ example on the GPU: a figure, and the ops whose
+  // IEEE result is exact (one rounding) must give the CPU's bits.
+  const auto all = replay::replay_all(recordings().cpp, options("device=cuda:0"));
+  std::map<std::string, int> verdicts;
+  int exact = 0;
+  for (const auto& r : all) {
+    ++verdicts[replay::verdict_name(r.verdict)];
+    const std::string op = r.op + "." + r.overload;
+    if (op == "aten::mul.Tensor" || op == "aten::add.Tensor" || op == "aten::sub.Tensor") {
+      INFO(r.event << " " << op << " " << r.message);
+      CHECK(r.verdict == replay::Verdict::kReproduces);
+      ++exact;
+    }
+  }
+  MESSAGE("C++ tiny_gpt step 1 on cuda:0: " << all.size() << " events, " << verdicts["reproduces"]
+                                            << " reproduce the CPU bits, " << verdicts["differs"] << " differ, "
+                                            << verdicts["cannot-replay"] << " cannot replay");
+  CHECK(exact > 0);
+  const std::string mm = event_of(recordings().knobs, "aten::mm");
+  const auto off = replay::replay_event(recordings().knobs, mm, options("device=cuda:0,tf32_cublas=off"));
+  const auto on = replay::replay_event(recordings().knobs, mm, options("device=cuda:0,tf32_cublas=on"));
+  REQUIRE(off.verdict != replay::Verdict::kCannotReplay);
+  REQUIRE(on.verdict != replay::Verdict::kCannotReplay);
+  REQUIRE(off.outputs.size() == 1);
+  REQUIRE(on.outputs.size() == 1);
+  CHECK(off.outputs[0].replayed_fingerprint != on.outputs[0].replayed_fingerprint);
+  // The same trial twice: the same bits.
+  const auto again = replay::replay_event(recordings().knobs, mm, options("device=cuda:0,tf32_cublas=on"));
+  CHECK(again.outputs[0].replayed_fingerprint == on.outputs[0].replayed_fingerprint);
+  // A CPU generator's state does not drive CUDA's: said, not replayed wrongly.
+  const auto randn = replay::replay_event(recordings().knobs, event_of(recordings().knobs, "aten::randn"),
+                                          options("device=cuda:0"));
+  CHECK(randn.verdict == replay::Verdict::kCannotReplay);
 }
 
 TEST_CASE("the recorded config comes from the manifest: threads, cpu capability, oneDNN, determinism") {
@@ -307,6 +360,7 @@ TEST_CASE("opguard configs lists every knob with its values, what it changes and
   }
   CHECK(knobs["cpu_capability"]["process_wide"] == true);
   CHECK(knobs["threads"]["process_wide"] == false);
-  CHECK(knobs["tf32_cublas"]["available"] == false);
+  CHECK(knobs["tf32_cublas"]["available"] == (replay::cuda_device_count(nullptr) > 0));
+  CHECK(knobs["tf32_cublas"]["needs_cuda"] == true);
   CHECK(knobs["threads"]["available"] == true);
 }

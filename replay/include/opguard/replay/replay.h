@@ -33,8 +33,16 @@ struct KnobInfo {
   bool process_wide = false;  // applied by running the trial in a child process
   bool available = true;      // this build (and this machine) can apply it
   std::string unavailable_reason;  // why not, when !available
+  // Needs a CUDA device (device=cuda:N, the GPU knobs): available where
+  // cuda_device_count() finds one, which is asked only when such a knob is used.
+  bool needs_cuda = false;
 };
 const std::vector<KnobInfo>& knob_table();
+
+// The CUDA devices replay can run on. The first call loads libtorch_cuda.so
+// from beside the libtorch_cpu opguard links (a few seconds); 0 with *why
+// (one sentence) where it cannot load or the machine has no usable GPU.
+int cuda_device_count(std::string* why);
 
 // An ordered set of knob=value pairs. Later settings of the same knob win.
 struct Config {
