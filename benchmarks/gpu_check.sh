@@ -4,7 +4,8 @@
 #      with its GPU cases, the NCCL replay test, the fingerprint benchmark;
 #   2. runs them: CPU vs GPU fingerprint agreement (every dtype, odd sizes,
 #      empty, strided), CPU vs GPU comparison agreement, the NCCL all-reduce
-#      replay (needs 2 GPUs, else it says SKIPPED), and CPU and CUDA
+#      replay (needs 2 GPUs, else it says SKIPPED), replay of recorded CPU
+#      events on the GPU (CMake build only), and CPU and CUDA
 #      fingerprint / comparison throughput against memcpy, XXH3 and a
 #      device-to-device copy.
 # Whole run bounded by GPU_CHECK_TIMEOUT seconds (default 540, about 10 min).
@@ -69,6 +70,10 @@ if [ -z "${GPU_CHECK_DIRECT:-}" ] && cmake -S "$ROOT" -B "$BUILD/cmake" -G Ninja
   if ninja -C "$BUILD/cmake" -j "$JOBS" opguard_kernels_test opguard_nccl_test opguard_fingerprint_throughput \
        > "$BUILD/ninja.log" 2>&1; then
     BIN="$BUILD/cmake/bin"
+    # Replay on the GPU needs the torch build (opguard, tiny_gpt, the replay test): a few minutes more.
+    step "build (CMake): replay on the GPU"
+    ninja -C "$BUILD/cmake" -j "$JOBS" opguard_replay_test > "$BUILD/ninja-replay.log" 2>&1 ||
+      tail -30 "$BUILD/ninja-replay.log"
   else
     tail -30 "$BUILD/ninja.log"
   fi
@@ -122,7 +127,11 @@ run_check "kernels (CPU vs GPU fingerprint and comparison)" "$BIN/opguard_kernel
 run_check "kernels (all cases)" "$BIN/opguard_kernels_test"
 run_check "NCCL all-reduce replay" "$BIN/opguard_nccl_test"
 run_check "fingerprint throughput (CPU and CUDA)" "$BIN/opguard_fingerprint_throughput" --mib 1024 --repeats 5
-echo
-echo "not covered here: replaying a recorded CPU event on the GPU (replay's device=cuda knob is not built yet)"
+if [ -x "$BIN/opguard_replay_test" ]; then
+  run_check "replay of recorded CPU events on the GPU (device=cuda:0, tf32_cublas)" "$BIN/opguard_replay_test" -s \
+    -tc='*device=cuda*,*config strings*,*opguard configs*'
+else
+  echo "-- replay on the GPU: not run (the direct build has no torch targets; it needs the CMake build)"
+fi
 [ $failed -eq 0 ] && echo "gpu_check: all checks passed" || echo "gpu_check: SOME CHECKS FAILED"
 exit $failed
