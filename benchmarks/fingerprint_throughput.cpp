@@ -1,7 +1,8 @@
 // Fingerprint throughput against baselines measured in the same run on the
 // same bytes (docs/KERNELS.md, "Benchmarks"):
 //   CPU  memcpy (one thread), XXH3-64 of the whole buffer (one thread), the
-//        fingerprint on one thread and on a HashPool of --threads threads;
+//        fingerprint on one thread and on a HashPool of --threads threads,
+//        XXH3 on as many threads (a slice each: the memory system's ceiling);
 //        target: fingerprint per thread >= 0.9 of XXH3 on one thread.
 //   CUDA (built with CUDA and a GPU present) a device-to-device cudaMemcpy,
 //        fingerprint_cuda and compare_cuda of the same bytes; target >= 0.7 of
@@ -145,6 +146,21 @@ int main(int argc, char** argv) {
   kernels::HashPool pool(threads);
   const uint64_t single = fp(nullptr), parallel = fp(&pool);
   const double t_fpn = best_seconds(repeats, [&] { g_sink = g_sink + fp(&pool); });
+  // XXH3 on the same threads, each over its own slice: what the memory system
+  // gives N hashing threads on this machine, the ceiling for the pool.
+  const double t_xxhn = best_seconds(repeats, [&] {
+    std::vector<std::thread> workers;
+    std::vector<uint64_t> h(static_cast<std::size_t>(threads), 0);
+    const std::size_t slice = bytes / static_cast<std::size_t>(threads);
+    for (int t = 0; t < threads; ++t) {
+      const std::size_t begin = slice * static_cast<std::size_t>(t);
+      const std::size_t len = t + 1 == threads ? bytes - begin : slice;
+      const auto* from = reinterpret_cast<const uint8_t*>(src.data()) + begin;
+      workers.emplace_back([&h, t, from, len] { h[static_cast<std::size_t>(t)] = XXH3_64bits(from, len); });
+    }
+    for (auto& w : workers) w.join();
+    for (uint64_t v : h) g_sink = g_sink + v;
+  });
 
   std::printf("buffer %zu MiB float32, best of %d, %d thread(s) in the pool\n", mib, repeats, threads);
   std::printf("cpu memcpy (1 thread)      %8.2f GB/s\n", gbps(bytes, t_copy));
@@ -154,6 +170,8 @@ int main(int argc, char** argv) {
               gbps(bytes, t_fp1), t_xxh / t_fp1, t_copy / t_fp1);
   std::printf("cpu fingerprint %2d threads %8.2f GB/s  per thread %.2f GB/s, ratio to XXH3 1 thread %.3f\n", threads,
               gbps(bytes, t_fpn), gbps(bytes, t_fpn) / threads, t_xxh / t_fpn / threads);
+  std::printf("cpu XXH3-64 %2d threads     %8.2f GB/s  (a slice per thread); fingerprint %d threads / XXH3 %d threads "
+              "%.3f\n", threads, gbps(bytes, t_xxhn), threads, threads, t_xxhn / t_fpn);
   std::printf("fingerprint 1 thread == %d threads: %s\n", threads, single == parallel ? "yes" : "NO");
   if (single != parallel) return 1;
 #ifdef OPGUARD_BENCH_CUDA
