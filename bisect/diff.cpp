@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "align.h"
@@ -329,6 +330,7 @@ DivergentEvent Engine::describe(const RankState& rs, const Event* a, const Event
   if (a) d.reference_id = formats::event_id_string(a->id);
   if (b) d.suspect_id = formats::event_id_string(b->id);
   d.t_start_ns = e.t_start_ns;
+  d.t_end_ns = e.t_end_ns;
   const Side& shown = b ? sus_ : ref_;
   d.show_command = fmt::format("{} show {} --event {}{}", options_.opguard_command, shell_quote(shown.dir),
                                formats::event_id_string(e.id),
@@ -488,6 +490,7 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
     call_index += e.phase == b.phase && e.op == b.op && e.scope == b.scope;
   }
   DivergentEvent d = describe(rs, a, &b, cls, &cmp, call_index);
+  d.collective_equal_inputs = !ranks_mode_ && cls == EventClass::kOrigin && b.op.rfind("c10d::", 0) == 0;
   if (cls == EventClass::kEntered) {
     const Value& in = b.inputs[source_input];
     d.entered_input = in.name.empty() ? fmt::format("input {}", source_input) : in.name;
@@ -619,9 +622,25 @@ void Engine::run_rank(int reference_rank, int suspect_rank) {
 }
 
 void Engine::finish() {
-  auto earlier = [](const DivergentEvent& x, const DivergentEvent& y) {
-    return std::tie(x.step, x.t_start_ns, x.rank) < std::tie(y.step, y.t_start_ns, y.rank);
+  // Causal order across ranks: an event counts from when its divergence can
+  // have arisen. A collective with equal local inputs diverged through some
+  // rank's contribution, which was made before the collective ended; ordered
+  // by its start it could come before the operator on the other rank that
+  // really diverged first, and be named instead of it.
+  auto when = [](const DivergentEvent& d) { return d.collective_equal_inputs ? d.t_end_ns : d.t_start_ns; };
+  auto earlier = [&](const DivergentEvent& x, const DivergentEvent& y) {
+    return std::make_tuple(x.step, when(x), x.rank) < std::make_tuple(y.step, when(y), y.rank);
   };
+  for (auto& x : found_) {
+    if (!x.collective_equal_inputs) continue;
+    for (const auto& y : found_) {
+      if (y.rank == x.rank || y.collective_equal_inputs || !earlier(y, x)) continue;
+      x.cause_note = fmt::format("its inputs on rank {} are bitwise equal in both runs: the collective carried the "
+                                 "divergence of rank {} ({} {}{})",
+                                 x.rank, y.rank, y.op, y.suspect_id ? "event " : "", y.suspect_id.value_or(""));
+      break;
+    }
+  }
   std::stable_sort(found_.begin(), found_.end(), earlier);
   if (!found_.empty()) report_.first_divergent = found_.front();
   for (std::size_t i = 0; i < found_.size() && static_cast<int>(i) < options_.max_origins; ++i)

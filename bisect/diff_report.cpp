@@ -82,6 +82,7 @@ json event_json(const DivergentEvent& d) {
                         {"metrics", metrics_json(e.metrics)}});
   j["evidence"] = evidence;
   j["evidence_note"] = d.evidence_note;
+  if (!d.cause_note.empty()) j["cause_note"] = d.cause_note;
   j["rerecord_command"] = d.rerecord_command;
   return j;
 }
@@ -149,6 +150,7 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
     t += "\n";
   }
   if (!d.evidence_note.empty()) t += "    " + d.evidence_note + "\n";
+  if (!d.cause_note.empty()) t += "    " + d.cause_note + "\n";
   if (!d.rerecord_command.empty()) {
     std::string cmd = d.rerecord_command;
     for (std::size_t p = 0; (p = cmd.find('\n', p)) != std::string::npos; p += 7) cmd.replace(p, 1, "\n      ");

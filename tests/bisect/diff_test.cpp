@@ -568,6 +568,55 @@ TEST_CASE("cross-rank mode compares the optimizer and collectives of two replica
   CHECK(bad.first_divergent->producer_op == "c10d::allreduce_");
 }
 
+TEST_CASE("two runs of two ranks: an all-reduce that started before the other rank's origin is not named first") {
+  // Rank 1's mm is perturbed in the suspect. Rank 0 enters the gradient
+  // all-reduce before that mm runs; its local input is equal in both runs,
+  // its output differs (rank 1's contribution did). The first divergent
+  // operator is rank 1's mm; rank 0's all-reduce says where its bits came from.
+  TempDir dir;
+  auto rank_run = [](Run& r, int rank, bool suspect) {
+    const int64_t mm_start = rank == 0 ? 1000 : 3000;
+    T batch{1, 0, static_cast<uint64_t>(100 + rank), {4}};
+    T w{2, 0, 11, {4}};
+    T g{3, 0, static_cast<uint64_t>(200 + rank), {4}};
+    if (suspect && rank == 1) g.fp ^= 0x5a5a;
+    r.add_at(0, Op{"aten::mm", {tensor("self", batch), tensor("mat2", w)}, {tensor("", g)}, "fc", Phase::kBackward},
+             mm_start, mm_start + 500);
+    T reduced = g;
+    reduced.version = 1;
+    reduced.fp = suspect ? 7777 : 5555;
+    r.add_at(0, Op{"c10d::allreduce_", {tensor("tensors", g, true)}, {tensor("", reduced)}, "", Phase::kBackward},
+             rank == 0 ? 2000 : 4000, 9000);
+    T w2 = w;
+    w2.version = 1;
+    w2.fp = suspect ? 8888 : 6666;
+    r.add_at(0, Op{"aten::add_", {tensor("self", w, true), tensor("other", reduced)}, {tensor("", w2)}, "",
+                   Phase::kOptimizer}, 9500, 9600);
+  };
+  Run a0(0, 2), a1(1, 2), b0(0, 2), b1(1, 2);
+  rank_run(a0, 0, false);
+  rank_run(a1, 1, false);
+  rank_run(b0, 0, true);
+  rank_run(b1, 1, true);
+  a0.write(dir / "a");
+  a1.write(dir / "a");
+  b0.write(dir / "b");
+  b1.write(dir / "b");
+  bisect::DiffOptions o;
+  o.max_origins = 10;
+  const auto r = bisect::diff_recordings(dir / "a", dir / "b", o);
+  REQUIRE(r.first_divergent);
+  CHECK(r.first_divergent->rank == 1);
+  CHECK(r.first_divergent->op == "aten::mm");
+  CHECK(r.first_divergent->cls == EventClass::kOrigin);
+  const bisect::DivergentEvent* reduce0 = nullptr;
+  for (const auto& d : r.origins)
+    if (d.rank == 0 && d.op == "c10d::allreduce_") reduce0 = &d;
+  REQUIRE(reduce0 != nullptr);
+  CHECK(reduce0->collective_equal_inputs);
+  CHECK(reduce0->cause_note.find("rank 1 (aten::mm") != std::string::npos);
+}
+
 TEST_CASE("the JSON report follows schema opguard-diff/1") {
   TempDir dir;
   auto d = diff_training(dir, 2, [](Sim& s) { s.perturb = {"aten::gelu@act"}; });

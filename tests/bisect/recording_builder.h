@@ -82,6 +82,13 @@ class Run {
 
   // Appends an event to `step` on stream 0 and returns its id.
   uint64_t add(int64_t step, const Op& op, uint32_t stream = 0) {
+    const int64_t start = clock_ += 1000;
+    const int64_t end = clock_ += 500;
+    return add_at(step, op, start, end, stream);
+  }
+  // The same with the event's recorded start and end times given (ns): for
+  // cases where the order across ranks matters.
+  uint64_t add_at(int64_t step, const Op& op, int64_t start_ns, int64_t end_ns, uint32_t stream = 0) {
     Event e;
     e.stream = stream;
     e.seq = seq_[stream]++;
@@ -92,8 +99,8 @@ class Run {
     e.overload = op.overload;
     e.schema = op.name + "(...)";
     e.scope = op.scope;
-    e.t_start_ns = clock_ += 1000;
-    e.t_end_ns = clock_ += 500;
+    e.t_start_ns = start_ns;
+    e.t_end_ns = end_ns;
     e.inputs = op.inputs;
     e.outputs = op.outputs;
     steps_[step].push_back(e);

@@ -67,6 +67,14 @@ struct DivergentEvent {
   int64_t call_index = 0;  // earlier events with the same op and scope in this step and phase
   std::optional<std::string> reference_id, suspect_id;  // event ids; absent on the side it lacks
   int64_t t_start_ns = 0;  // suspect (or reference, for reference-only events)
+  int64_t t_end_ns = 0;
+  // A collective (c10d::) whose inputs on this rank are bitwise equal in both
+  // runs but whose outputs differ: the difference can have come from another
+  // rank's contribution, so it is ordered by when it ended (it cannot end
+  // before the other ranks' inputs were made) and, where another rank
+  // diverged first, says so in `cause_note`.
+  bool collective_equal_inputs = false;
+  std::string cause_note;
   bool outputs_differ = false;
   std::vector<DifferingValue> differing;
   // propagated: the event of the suspect that produced the differing bits.
