@@ -76,6 +76,9 @@ struct Budget {
     } while (!used.compare_exchange_weak(now, now + n));
     return true;
   }
+  // Whether a write of n bytes to fd fails because the budget is spent (it
+  // claims the bytes when it does not).
+  bool refuses(int fd, uint64_t n) { return n > 0 && covers_fd(fd) && !claim(n); }
   void give_back(uint64_t n) {
     uint64_t now = used.load();
     while (!used.compare_exchange_weak(now, now > n ? now - n : 0)) {
@@ -99,76 +102,65 @@ uint64_t size_of(int dirfd, const char* path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+ssize_t no_space() {
+  errno = ENOSPC;
+  return -1;
+}
+
+// Runs `remove` (the real unlink or unlinkat) and gives the file's bytes back
+// when it removed a file of the budget's directory.
+template <typename Remove>
+int removing(bool ours, int dirfd, const char* path, Remove&& remove) {
+  const uint64_t bytes = ours ? size_of(dirfd, path) : 0;
+  const int rc = remove();
+  if (rc == 0 && bytes > 0) budget().give_back(bytes);
+  return rc;
+}
+
 }  // namespace
 
 extern "C" {
 
 ssize_t write(int fd, const void* buf, size_t n) {
   static auto real = next<ssize_t (*)(int, const void*, size_t)>("write");
-  if (n > 0 && budget().covers_fd(fd) && !budget().claim(n)) {
-    errno = ENOSPC;
-    return -1;
-  }
-  return real(fd, buf, n);
+  return budget().refuses(fd, n) ? no_space() : real(fd, buf, n);
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
   static auto real = next<ssize_t (*)(int, const void*, size_t, off_t)>("pwrite");
-  if (n > 0 && budget().covers_fd(fd) && !budget().claim(n)) {
-    errno = ENOSPC;
-    return -1;
-  }
-  return real(fd, buf, n, offset);
+  return budget().refuses(fd, n) ? no_space() : real(fd, buf, n, offset);
 }
 
 ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t offset) {
   static auto real = next<ssize_t (*)(int, const void*, size_t, off64_t)>("pwrite64");
-  if (n > 0 && budget().covers_fd(fd) && !budget().claim(n)) {
-    errno = ENOSPC;
-    return -1;
-  }
-  return real(fd, buf, n, offset);
+  return budget().refuses(fd, n) ? no_space() : real(fd, buf, n, offset);
 }
 
 ssize_t writev(int fd, const struct iovec* iov, int count) {
   static auto real = next<ssize_t (*)(int, const struct iovec*, int)>("writev");
   uint64_t n = 0;
   for (int i = 0; i < count; ++i) n += iov[i].iov_len;
-  if (n > 0 && budget().covers_fd(fd) && !budget().claim(n)) {
-    errno = ENOSPC;
-    return -1;
-  }
-  return real(fd, iov, count);
+  return budget().refuses(fd, n) ? no_space() : real(fd, iov, count);
 }
 
 int posix_fallocate(int fd, off_t offset, off_t len) {
   static auto real = next<int (*)(int, off_t, off_t)>("posix_fallocate");
-  if (len > 0 && budget().covers_fd(fd) && !budget().claim(static_cast<uint64_t>(len))) return ENOSPC;
-  return real(fd, offset, len);
+  return len > 0 && budget().refuses(fd, static_cast<uint64_t>(len)) ? ENOSPC : real(fd, offset, len);
 }
 
 int posix_fallocate64(int fd, off64_t offset, off64_t len) {
   static auto real = next<int (*)(int, off64_t, off64_t)>("posix_fallocate64");
-  if (len > 0 && budget().covers_fd(fd) && !budget().claim(static_cast<uint64_t>(len))) return ENOSPC;
-  return real(fd, offset, len);
+  return len > 0 && budget().refuses(fd, static_cast<uint64_t>(len)) ? ENOSPC : real(fd, offset, len);
 }
 
 int unlinkat(int dirfd, const char* path, int flags) {
   static auto real = next<int (*)(int, const char*, int)>("unlinkat");
-  const bool ours = path[0] == '/' && budget().covers_path(path);
-  const uint64_t bytes = ours ? size_of(dirfd, path) : 0;
-  const int rc = real(dirfd, path, flags);
-  if (rc == 0 && bytes > 0) budget().give_back(bytes);
-  return rc;
+  return removing(path[0] == '/' && budget().covers_path(path), dirfd, path, [&] { return real(dirfd, path, flags); });
 }
 
 int unlink(const char* path) {
   static auto real = next<int (*)(const char*)>("unlink");
-  const bool ours = budget().covers_path(path);
-  const uint64_t bytes = ours ? size_of(AT_FDCWD, path) : 0;
-  const int rc = real(path);
-  if (rc == 0 && bytes > 0) budget().give_back(bytes);
-  return rc;
+  return removing(budget().covers_path(path), AT_FDCWD, path, [&] { return real(path); });
 }
 
 }  // extern "C"
