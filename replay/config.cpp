@@ -67,7 +67,8 @@ std::vector<KnobInfo> make_table() {
   const char* gpu[][2] = {
       {"tf32_cublas", "cuBLAS fp32 matmul in TF32 (torch.backends.cuda.matmul.allow_tf32)"},
       {"tf32_cudnn", "cuDNN fp32 convolutions in TF32 (torch.backends.cudnn.allow_tf32)"},
-      {"cudnn_benchmark", "cuDNN autotuning: the fastest measured algorithm, not the heuristic's (torch.backends.cudnn.benchmark)"},
+      {"cudnn_benchmark", "cuDNN autotuning: the fastest measured algorithm, not the heuristic's "
+                          "(torch.backends.cudnn.benchmark)"},
       {"cudnn_deterministic", "deterministic cuDNN algorithms only (torch.backends.cudnn.deterministic)"},
       {"reduced_precision_reduction", "fp16 and bf16 cuBLAS GEMMs may accumulate in reduced precision "
                                       "(allow_fp16/bf16_reduced_precision_reduction)"},
@@ -78,8 +79,9 @@ std::vector<KnobInfo> make_table() {
   };
   for (const auto& g : gpu) {
     const std::string name = g[0];
-    add(name, name == "sdpa_backend" ? "math|flash|efficient|cudnn" : name == "cublas_workspace_config" ? ":N:M (:4096:8, :16:8)" : "on|off",
-        g[1], name == "cublas_workspace_config");
+    const bool workspace = name == "cublas_workspace_config";  // an environment variable: a child process
+    add(name, name == "sdpa_backend" ? "math|flash|efficient|cudnn" : workspace ? ":N:M (:4096:8, :16:8)" : "on|off",
+        g[1], workspace);
     t.back().needs_cuda = true;
   }
   t.front().needs_cuda = true;  // device: cuda:N only; cpu always works
@@ -133,7 +135,8 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
     const int devices = cuda_device_count(&why);
     if (devices == 0) throw UsageError("device=" + v + " cannot be applied here: " + why);
     if (index >= devices)
-      throw UsageError("device=" + v + " names no device: this machine has cuda:0 to cuda:" + std::to_string(devices - 1));
+      throw UsageError("device=" + v + " names no device: this machine has cuda:0 to cuda:" +
+                       std::to_string(devices - 1));
     return "cuda:" + std::to_string(index);
   }
   if (info->needs_cuda) {

@@ -691,8 +691,8 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       const auto& type = args[arg].real_type();
       ++arg;
       if (v.kind == ValueKind::kTensor) {
-        stack.emplace_back(
-            cast_input(make_tensor(v.tensor, data[i], "argument '" + v.name + "'", shared_of(v.tensor), device), settings));
+        stack.emplace_back(cast_input(
+            make_tensor(v.tensor, data[i], "argument '" + v.name + "'", shared_of(v.tensor), device), settings));
         if (v.mutated) mutated.emplace_back(i, stack.back().toTensor());
       } else if (v.kind == ValueKind::kGenerator) {
         auto gen = at::detail::createCPUGenerator();
