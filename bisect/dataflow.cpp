@@ -30,6 +30,24 @@ BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
   return {BitsSource::kEnteredOutside, s.last_writer};
 }
 
+Provenance Dataflow::provenance(const formats::TensorMeta& m) const {
+  auto it = storages_.find(m.storage_id);
+  if (m.storage_id == 0 || it == storages_.end()) return {};
+  const Storage& s = it->second;
+  const uint64_t geometry = view_geometry(m);
+  const BitsState state = bits_state(m);
+  for (auto o = s.seen.rbegin(); o != s.seen.rend(); ++o) {
+    if (o->geometry != geometry || o->version != m.version) continue;
+    const bool same_bits = o->state == state && (state != BitsState::kHashed || o->fingerprint == m.fingerprint);
+    if (!same_bits) return {};
+    return {true, o->differs, o->event};
+  }
+  // As explain(): a storage any divergent event wrote may hold its bits.
+  if (s.last_divergent_writer >= 0) return {true, true, s.last_divergent_writer};
+  if (s.last_writer >= 0) return {true, false, s.last_writer};
+  return {};
+}
+
 void Dataflow::add(Storage& s, const Observation& o) {
   for (auto& seen : s.seen) {
     if (seen.geometry == o.geometry && seen.version == o.version) {

@@ -35,8 +35,18 @@ struct BitsSource {
   bool unseen = false;  // no event had this storage as an input or output before
 };
 
+// What the recording says of a tensor's bits, differing or not.
+struct Provenance {
+  bool known = false;    // false: no event produced or saw these bits (or they changed outside the dispatcher)
+  bool differs = false;  // they differed from the reference where last produced or seen
+  int32_t event = -1;    // that event
+};
+
 class Dataflow {
  public:
+  // Whether input tensor `m` carries bits that differ from the reference's,
+  // for an event that has no partner to compare with (an unmatched event).
+  Provenance provenance(const formats::TensorMeta& m) const;
   // Explains the bits of input tensor `m`, which differ from the reference.
   BitsSource explain(const formats::TensorMeta& m) const;
   // Records that `event` saw `m` as an input: a later reader of the same view

@@ -129,6 +129,42 @@ struct FlowEvent {
   std::optional<uint64_t> reference_id;
   int64_t step = 0;
   int32_t op = 0;  // index into Engine::op_names_
+  // Unmatched events: their gap (RankState::regions), and whether every input
+  // they read was bitwise equal to the reference's or made inside the gap.
+  int32_t region = -1;
+  bool clean = false;
+};
+
+// A gap of the alignment: a maximal run of events only one run has, between
+// the same two aligned events (UnmatchedRegion, diff.h).
+struct Gap {
+  UnmatchedRegion region;
+  int64_t step = 0;
+  formats::Phase phase = formats::Phase::kOther;
+  std::string reference_op, reference_overload, reference_scope;  // its first reference event
+  std::string suspect_scope;
+  std::optional<uint64_t> reference_id, suspect_id;  // first event of each side
+  int64_t t_start_ns = 0, t_end_ns = 0;  // of the suspect's first event
+  uint32_t stream = 0;
+  bool reported = false;
+  void add(const Event& e, bool reference) {
+    auto& ids = reference ? region.reference_ids : region.suspect_ids;
+    auto& ops = reference ? region.reference_ops : region.suspect_ops;
+    auto& count = reference ? region.reference_events : region.suspect_events;
+    if (count == 0) {
+      if (reference) {
+        reference_op = e.op, reference_overload = e.overload, reference_scope = e.scope, reference_id = e.id;
+      } else {
+        suspect_scope = e.scope, suspect_id = e.id, t_start_ns = e.t_start_ns, t_end_ns = e.t_end_ns;
+        stream = e.stream;
+      }
+    }
+    ++count;
+    if (ids.size() < UnmatchedRegion::kMaxRegionEvents) {
+      ids.push_back(formats::event_id_string(e.id));
+      ops.push_back(e.overload.empty() ? e.op : e.op + "." + e.overload);
+    }
+  }
 };
 
 // The comparison of one aligned pair, value by value.
@@ -206,6 +242,8 @@ struct RankState {
     int32_t last_divergent = -1;
   };
   std::unordered_map<std::string, ScopeProducers> forward_by_scope;
+  std::vector<Gap> gaps;              // every gap of the alignment so far
+  std::vector<int32_t> gap_of_suspect;  // this step: the gap of each suspect event, -1 when aligned
 };
 
 class Engine {
@@ -224,12 +262,17 @@ class Engine {
                 bool in_range, PhaseSummary& summary, const std::vector<Event>& sus_events,
                 const std::vector<int32_t>& order, std::size_t position);
   bool replicated(const Event& e) const;
+  void mark_unmatched(RankState& rs, const Event& b, int32_t self, int32_t suspect_index) const;
+  void report_gap(RankState& rs, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
+                  int32_t gap, int input);
+  void add_found(RankState& rs, DivergentEvent d) const;
   int32_t intern_op(const std::string& op);
   DivergentEvent describe(const RankState& rs, const Event* a, const Event* b, EventClass cls,
                           const PairComparison* cmp, int64_t call_index) const;
   void add_evidence(DivergentEvent& d, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
                     bool output, std::size_t position) const;
   std::string rerecord_command(const Side& side, int rank, uint64_t id) const;
+  void add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t reference_id, uint64_t suspect_id) const;
   PhaseSummary& summary(int rank, int64_t step, formats::Phase phase);
 
   const Side& ref_;
@@ -273,11 +316,90 @@ bool Engine::replicated(const Event& e) const {
   return e.phase == formats::Phase::kOptimizer || e.op.rfind("c10d::", 0) == 0;
 }
 
+// An unmatched event is clean when every tensor it reads carries bits equal
+// to the reference's (made by an event whose outputs were equal in both runs)
+// or made by a clean event of its own gap. Bits of unknown provenance (never
+// produced in the recording, changed outside the dispatcher) make it unclean:
+// a gap is named as a source only on evidence.
+void Engine::mark_unmatched(RankState& rs, const Event& b, int32_t self, int32_t suspect_index) const {
+  const int32_t gap = rs.gap_of_suspect[suspect_index];
+  bool clean = gap >= 0;
+  for (const Value& v : b.inputs) {
+    if (!clean) break;
+    if (v.kind != ValueKind::kTensor || is_write_only(b, v)) continue;
+    const Provenance p = rs.flow.provenance(v.tensor);
+    if (!p.known) clean = false;
+    else if (p.differs) clean = p.event >= 0 && rs.events[p.event].region == gap && rs.events[p.event].clean;
+  }
+  rs.events[self].region = gap;
+  rs.events[self].clean = clean;
+}
+
+void Engine::add_found(RankState& rs, DivergentEvent d) const {
+  const std::size_t keep = static_cast<std::size_t>(std::max(1, options_.max_origins));
+  rs.found.push_back(std::move(d));
+  // Gaps are found where their result is read, after later events may have
+  // been listed: keep execution order.
+  std::stable_sort(rs.found.begin(), rs.found.end(), [](const DivergentEvent& x, const DivergentEvent& y) {
+    return std::tie(x.step, x.t_start_ns) < std::tie(y.step, y.t_start_ns);
+  });
+  if (rs.found.size() > keep) rs.found.pop_back();
+}
+
+void Engine::report_gap(RankState& rs, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
+                        int32_t gap_index, int input) {
+  Gap& g = rs.gaps[gap_index];
+  if (g.reported) return;
+  g.reported = true;
+  DivergentEvent d;
+  d.cls = EventClass::kOrigin;
+  d.rank = rs.suspect_rank;
+  d.reference_rank = rs.reference_rank;
+  d.step = g.step;
+  d.phase = formats::phase_name(g.phase);
+  const bool one_reference_op = g.region.reference_events == 1;
+  d.op = one_reference_op ? g.reference_op : g.region.suspect_ops.empty() ? b.op : g.region.suspect_ops.front();
+  d.overload = one_reference_op ? g.reference_overload : "";
+  d.scope = one_reference_op ? g.reference_scope : g.suspect_id ? g.suspect_scope : b.scope;
+  if (one_reference_op) d.reference_id = formats::event_id_string(*g.reference_id);
+  const uint64_t shown = g.suspect_id.value_or(b.id);
+  d.suspect_id = formats::event_id_string(shown);
+  d.stream = g.suspect_id ? g.stream : b.stream;
+  d.t_start_ns = g.suspect_id ? g.t_start_ns : b.t_start_ns;
+  d.t_end_ns = g.suspect_id ? g.t_end_ns : b.t_end_ns;
+  d.outputs_differ = true;
+  UnmatchedRegion r = g.region;
+  r.consumer_id = formats::event_id_string(b.id);
+  r.consumer_op = b.overload.empty() ? b.op : b.op + "." + b.overload;
+  r.consumer_input = input;
+  r.reference_bits = value_text(a.inputs[input]);
+  r.suspect_bits = value_text(b.inputs[input]);
+  d.region = std::move(r);
+  d.show_command = fmt::format("{} show {} --event {}{}", options_.opguard_command, shell_quote(sus_.dir),
+                               formats::event_id_string(shown),
+                               rs.suspect_rank != 0 ? fmt::format(" --rank {}", rs.suspect_rank) : "");
+  // The differing result as its reader saw it in both runs.
+  add_evidence(d, ref, sus, a, b, false, static_cast<std::size_t>(input));
+  if (!d.evidence_note.empty()) add_rerecord(rs, d, g.reference_id.value_or(a.id), shown);
+  add_found(rs, std::move(d));
+}
+
 std::string Engine::rerecord_command(const Side& side, int rank, uint64_t id) const {
   auto m = side.manifests.find(rank);
   if (m == side.manifests.end()) return "";
   return formats::rerecord_command(m->second, side.dir, formats::event_id_string(id), options_.dump_radius,
                                    options_.opguard_command);
+}
+
+// The commands that re-record the window around the event in each run, for
+// evidence where only fingerprints exist.
+void Engine::add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t reference_id, uint64_t suspect_id) const {
+  const std::string cmd_b = rerecord_command(sus_, rs.suspect_rank, suspect_id);
+  const std::string cmd_a = rerecord_command(ref_, rs.reference_rank, reference_id);
+  if (cmd_a.empty() && cmd_b.empty())
+    d.evidence_note += " (the manifests hold no record command: re-run the programs under opguard record "
+                       "--dump-around ID)";
+  d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
 }
 
 void Engine::add_evidence(DivergentEvent& d, const StepReader* ref, const StepReader* sus, const Event& a,
@@ -375,6 +497,9 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   BitsSource source;
   int source_input = -1;
   const bool compared = a != nullptr && replicated(b);
+  if (a == nullptr) mark_unmatched(rs, b, self, order[position]);
+  // Differing inputs whose bits a clean gap made: that gap is a source.
+  std::vector<std::pair<int32_t, int>> gap_sources;  // (gap, input position)
   if (a != nullptr) {
     cmp = compare_pair(*a, b);
     if (!compared) {
@@ -398,6 +523,7 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
           }
         }
         if (s.kind == BitsSource::kPropagated) {
+          if (s.event >= 0 && rs.events[s.event].clean) gap_sources.emplace_back(rs.events[s.event].region, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;
@@ -467,6 +593,7 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   }
 
   if (!in_range) return;
+  for (const auto& [gap, input] : gap_sources) report_gap(rs, ref, sus, *a, b, gap, input);
   if (options_.list_events)
     report_.events.push_back({rs.suspect_rank, b.step, formats::phase_name(b.phase), b.op,
                               a ? std::optional<std::string>(formats::event_id_string(a->id)) : std::nullopt,
@@ -509,15 +636,8 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   }
   if (d.evidence.empty() && d.evidence_note.empty() && cls == EventClass::kOriginArgs && !cmp.outputs_differ)
     d.evidence_note = "outputs are bitwise equal; only an argument differs";
-  if (!d.evidence_note.empty()) {
-    const std::string cmd_b = rerecord_command(sus_, rs.suspect_rank, b.id);
-    const std::string cmd_a = rerecord_command(ref_, rs.reference_rank, a->id);
-    if (cmd_a.empty() && cmd_b.empty())
-      d.evidence_note += " (the manifests hold no record command: re-run the programs under opguard record "
-                         "--dump-around ID)";
-    d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
-  }
-  rs.found.push_back(std::move(d));
+  if (!d.evidence_note.empty()) add_rerecord(rs, d, a->id, b.id);
+  add_found(rs, std::move(d));
 }
 
 void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const StepReader* sus, bool in_range) {
@@ -544,6 +664,7 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
   const auto rp = by_phase(re), sp = by_phase(se);
   std::vector<int32_t> partner(se.size(), -1);
   std::vector<char> ref_matched(re.size(), 0);
+  rs.gap_of_suspect.assign(se.size(), -1);
   std::vector<uint64_t> sa, sb;
   for (int p = 0; p < kNumPhases; ++p) {
     if (rp[p].empty() && sp[p].empty()) continue;
@@ -552,10 +673,25 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
     sb.resize(sp[p].size());
     for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = signature(re[rp[p][i]], signature_buffer_);
     for (std::size_t j = 0; j < sb.size(); ++j) sb[j] = signature(se[sp[p][j]], signature_buffer_);
+    int32_t open_gap = -1;
     for (const AlignStep& s : align_sequences(sa.data(), sa.size(), sb.data(), sb.size())) {
       if (s.a >= 0 && s.b >= 0) {
         partner[sp[p][s.b]] = rp[p][s.a];
         ref_matched[rp[p][s.a]] = 1;
+        open_gap = -1;
+        continue;
+      }
+      if (open_gap < 0) {
+        open_gap = static_cast<int32_t>(rs.gaps.size());
+        rs.gaps.emplace_back();
+        rs.gaps.back().step = step;
+        rs.gaps.back().phase = static_cast<formats::Phase>(p);
+      }
+      if (s.b >= 0) {
+        rs.gap_of_suspect[sp[p][s.b]] = open_gap;
+        rs.gaps[open_gap].add(se[sp[p][s.b]], false);
+      } else {
+        rs.gaps[open_gap].add(re[rp[p][s.a]], true);
       }
     }
   }

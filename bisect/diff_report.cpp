@@ -64,6 +64,15 @@ json event_json(const DivergentEvent& d) {
                          {"reference", v.reference},
                          {"suspect", v.suspect}});
   j["differing"] = differing;
+  if (d.region) {
+    const UnmatchedRegion& r = *d.region;
+    j["region"] = {{"reference_ids", r.reference_ids}, {"reference_ops", r.reference_ops},
+                   {"reference_events", r.reference_events}, {"suspect_ids", r.suspect_ids},
+                   {"suspect_ops", r.suspect_ops}, {"suspect_events", r.suspect_events},
+                   {"consumer_id", r.consumer_id}, {"consumer_op", r.consumer_op},
+                   {"consumer_input", r.consumer_input}, {"reference_bits", r.reference_bits},
+                   {"suspect_bits", r.suspect_bits}};
+  }
   if (d.cls == EventClass::kEntered) {
     j["entered"] = {{"input", d.entered_input},
                     {"side", d.entered_side},
@@ -109,15 +118,42 @@ std::string dims_text(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// "aten::a (event 3), aten::b (event 4)", and how many more.
+std::string events_text(const std::vector<std::string>& ops, const std::vector<std::string>& ids, int64_t total) {
+  std::string t;
+  for (std::size_t i = 0; i < ops.size(); ++i) t += fmt::format("{}{} (event {})", i ? ", " : "", ops[i], ids[i]);
+  if (total > static_cast<int64_t>(ops.size())) t += fmt::format(" and {} more", total - static_cast<int64_t>(ops.size()));
+  return t.empty() ? "nothing" : t;
+}
+
+std::string region_text(const DivergentEvent& d, const DiffReport& r) {
+  const UnmatchedRegion& g = *d.region;
+  std::string t = fmt::format("  {} ops of the reference, {} of the suspect, that do not align  [origin: a region]\n",
+                              g.reference_events, g.suspect_events);
+  t += fmt::format("    step {}, rank {}, {}, scope {}\n", d.step, d.rank, d.phase, d.scope.empty() ? "(top)" : d.scope);
+  t += fmt::format("    {} ran {}\n", r.reference_dir, events_text(g.reference_ops, g.reference_ids, g.reference_events));
+  t += fmt::format("    {} ran {}\n", r.suspect_dir, events_text(g.suspect_ops, g.suspect_ids, g.suspect_events));
+  t += "    their inputs are bitwise equal in both runs; their result differs where it is read:\n";
+  t += fmt::format("    {} (event {}) input {}: {} | {}\n", g.consumer_op, g.consumer_id, g.consumer_input,
+                   g.reference_bits, g.suspect_bits);
+  if (g.reference_events == 1)
+    t += fmt::format("    replay the reference's op under the suspect's config: opguard replay {} --event {}\n",
+                     r.reference_dir, d.reference_id.value_or(""));
+  return t;
+}
+
 std::string event_text(const DivergentEvent& d, const DiffReport& r) {
   std::string t;
   const std::string op = d.overload.empty() ? d.op : d.op + "." + d.overload;
-  t += fmt::format("  {}  [{}]\n", op, event_class_name(d.cls));
-  t += fmt::format("    step {}, rank {}, {}, scope {}, call {} of this op in this scope and phase\n", d.step, d.rank,
-                   d.phase, d.scope.empty() ? "(top)" : d.scope, d.call_index);
-  t += fmt::format("    event {} in {}, {} in {}\n", d.reference_id.value_or("-"), r.reference_dir,
-                   d.suspect_id.value_or("-"), r.suspect_dir);
-  if (d.cls == EventClass::kOrigin) t += "    inputs and arguments bitwise equal; outputs differ\n";
+  if (d.region) t += region_text(d, r);
+  else t += fmt::format("  {}  [{}]\n", op, event_class_name(d.cls));
+  if (!d.region) {
+    t += fmt::format("    step {}, rank {}, {}, scope {}, call {} of this op in this scope and phase\n", d.step, d.rank,
+                     d.phase, d.scope.empty() ? "(top)" : d.scope, d.call_index);
+    t += fmt::format("    event {} in {}, {} in {}\n", d.reference_id.value_or("-"), r.reference_dir,
+                     d.suspect_id.value_or("-"), r.suspect_dir);
+  }
+  if (d.cls == EventClass::kOrigin && !d.region) t += "    inputs and arguments bitwise equal; outputs differ\n";
   if (d.cls == EventClass::kOriginArgs)
     t += fmt::format("    tensor inputs bitwise equal; an argument differs; outputs {}\n",
                      d.outputs_differ ? "differ" : "equal");

@@ -5,6 +5,7 @@
 // and a test can perturb one op's output (a kernel that computes other bits).
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
@@ -286,6 +287,104 @@ TEST_CASE("an inserted, a deleted and a fused op are unmatched and everything el
   REQUIRE(d.report.first_unmatched);
   CHECK(d.report.first_unmatched->op == "aten::extra");
   CHECK(d.report.diverged);  // unmatched events are a difference
+}
+
+namespace {
+
+// Reference: h = relu(x); y = linear(h, w, bias) in scope mlp.proj; z = add(y, h).
+// Suspect: the same linear computed as a 2-way row-parallel split (tensor_split
+// of h and w, two partial linears, two adds), which the alignment cannot pair
+// with the reference's one op. `split_fp` is the fingerprint of the split's
+// result (the reference's y is 500). `h_fp` changes h in the suspect only.
+void tensor_parallel_runs(Run& a, Run& b, uint64_t split_fp, uint64_t h_fp = 20) {
+  auto op = [](const char* name, std::vector<Value> in, std::vector<T> out, const char* scope = "mlp.proj") {
+    Op o{name, std::move(in), {}, scope};
+    for (const auto& t : out) o.outputs.push_back(tensor("", t));
+    return o;
+  };
+  for (Run* r : {&a, &b}) {
+    const bool suspect = r == &b;
+    const T x{1, 0, 10, {2, 4}};
+    const T h{2, 0, suspect ? h_fp : 20, {2, 4}}, w{3, 1, 30, {3, 4}}, bias{4, 1, 40, {3}};
+    r->add(0, op("aten::normal_", {tensor("self", T{3, 0, 0, {3, 4}, DType::kFloat32, 0, {}, 1}, true)}, {w}, "mlp"));
+    r->add(0, op("aten::zero_", {tensor("self", T{4, 0, 0, {3}, DType::kFloat32, 0, {}, 1}, true)}, {bias}, "mlp"));
+    r->add(0, op("aten::relu", {tensor("self", x)}, {h}, "mlp.act"));
+    T y{5, 0, 500, {2, 3}};
+    if (!suspect) {
+      r->add(0, op("aten::linear", {tensor("input", h), tensor("weight", w), tensor("bias", bias)}, {y}));
+    } else {
+      const T h0{2, 0, 21, {2, 2}, DType::kFloat32, 0, {4, 1}}, h1{2, 0, 22, {2, 2}, DType::kFloat32, 2, {4, 1}};
+      const T w0{3, 1, 31, {3, 2}, DType::kFloat32, 0, {4, 1}}, w1{3, 1, 32, {3, 2}, DType::kFloat32, 2, {4, 1}};
+      const T p0{6, 0, 60, {2, 3}}, p1{7, 0, 70, {2, 3}}, s{8, 0, 80, {2, 3}};
+      y.fp = split_fp;
+      r->add(0, op("aten::tensor_split", {tensor("self", h)}, {h0, h1}));
+      r->add(0, op("aten::tensor_split", {tensor("self", w)}, {w0, w1}));
+      r->add(0, op("aten::linear", {tensor("input", h0), tensor("weight", w0)}, {p0}));
+      r->add(0, op("aten::linear", {tensor("input", h1), tensor("weight", w1)}, {p1}));
+      r->add(0, op("aten::add", {tensor("self", p0), tensor("other", p1)}, {s}));
+      r->add(0, op("aten::add", {tensor("self", s), tensor("other", bias)}, {y}));
+    }
+    r->add(0, op("aten::add", {tensor("self", y), tensor("other", h)}, {T{9, 0, y.fp ^ 0x77, {2, 3}}}, "mlp"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a split of one op into others that changes the result is an origin: the region, named by the "
+          "reference's op, with its reader") {
+  TempDir dir;
+  Run a, b;
+  tensor_parallel_runs(a, b, 501);
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kOrigin);
+  REQUIRE(f.region);
+  CHECK(f.op == "aten::linear");
+  CHECK(f.scope == "mlp.proj");
+  CHECK(f.reference_id == std::optional<std::string>("3"));
+  CHECK(f.suspect_id == std::optional<std::string>("3"));  // the split's first event
+  CHECK(f.region->reference_events == 1);
+  CHECK(f.region->suspect_events == 6);
+  CHECK(f.region->suspect_ops.front() == "aten::tensor_split");
+  CHECK(f.region->consumer_id == "9");
+  CHECK(f.region->consumer_op == "aten::add");
+  CHECK(f.region->consumer_input == 0);
+  CHECK(f.region->reference_bits == fmt::format("{:016x}", 500));
+  CHECK(f.region->suspect_bits == fmt::format("{:016x}", 501));
+  CHECK(d.by_suspect_id["9"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kOrigin) == 0);  // the region is a source, not an event class
+  CHECK(d.report.origins.size() == 1);
+  const std::string text = bisect::report_text(d.report);
+  CHECK(text.find("origin: a region") != std::string::npos);
+  CHECK(text.find("opguard replay") != std::string::npos);
+  const auto j = nlohmann::json::parse(bisect::report_json(d.report));
+  CHECK(j["first_divergent"]["region"]["suspect_events"] == 6);
+  CHECK(j["first_divergent"]["region"]["reference_ops"][0] == "aten::linear");
+}
+
+TEST_CASE("a split whose result is bitwise equal is no divergence; a split that reads bits that already differed "
+          "is not named") {
+  TempDir dir;
+  {
+    Run a, b;
+    tensor_parallel_runs(a, b, 500);
+    auto d = diff(a, b, dir);
+    CHECK_FALSE(d.report.first_divergent);
+    CHECK(d.by_suspect_id["9"] == EventClass::kSame);
+  }
+  {
+    // h differs (relu is the origin): the split reads it, so the split is
+    // propagated like its reader, and relu stays the first divergent operator.
+    Run a, b;
+    tensor_parallel_runs(a, b, 501, 29);
+    auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->op == "aten::relu");
+    CHECK_FALSE(d.report.first_divergent->region);
+    CHECK(d.report.origins.size() == 1);
+    CHECK(d.by_suspect_id["9"] == EventClass::kPropagated);
+  }
 }
 
 TEST_CASE("a changed non-tensor argument is origin-args; so is another random generator state") {

@@ -56,8 +56,31 @@ struct TensorEvidence {
   kernels::CompareResult metrics;
 };
 
+// A divergence source that is not one operator: the events between the same
+// two aligned events that only one recording has (another decomposition of
+// the same computation, such as a tensor-parallel split of a matmul; a fused,
+// inserted or deleted op), whose inputs in the suspect were bitwise equal to
+// the reference's and whose result, read by an aligned event, differs. It is
+// reported as an `origin` (DESIGN.md, "Boundary": runs with different
+// internals are compared where their dataflow meets again). Each id list
+// holds at most kMaxRegionEvents ids; the counts are complete.
+struct UnmatchedRegion {
+  static constexpr std::size_t kMaxRegionEvents = 16;
+  std::vector<std::string> reference_ids, reference_ops;  // the reference's events of the gap, in order
+  std::vector<std::string> suspect_ids, suspect_ops;      // the suspect's
+  int64_t reference_events = 0, suspect_events = 0;
+  std::string consumer_id, consumer_op;  // the first aligned suspect event that read a differing result of it
+  int consumer_input = 0;                // that input's position
+  std::string reference_bits, suspect_bits;  // the fingerprints it read (16 hex digits)
+};
+
 struct DivergentEvent {
   EventClass cls = EventClass::kSame;
+  // Set for an origin that is a region of unmatched events; op, scope and
+  // reference_id then name the reference's event when the gap holds exactly
+  // one (the operator to replay under the suspect's config), suspect_id the
+  // suspect's first event of the gap.
+  std::optional<UnmatchedRegion> region;
   int rank = 0;            // the suspect's rank (cross-rank mode: rank B)
   int reference_rank = 0;  // the reference's rank (cross-rank mode: rank A)
   int64_t step = 0;
