@@ -129,10 +129,7 @@ struct FlowEvent {
   std::optional<uint64_t> reference_id;
   int64_t step = 0;
   int32_t op = 0;  // index into Engine::op_names_
-  // Unmatched events: their gap (RankState::regions), and whether every input
-  // they read was bitwise equal to the reference's or made inside the gap.
-  int32_t region = -1;
-  bool clean = false;
+  int32_t gap = -1;  // unmatched events: their gap (RankState::gaps)
 };
 
 // A gap of the alignment: a maximal run of events only one run has, between
@@ -146,6 +143,10 @@ struct Gap {
   std::optional<uint64_t> reference_id, suspect_id;  // first event of each side
   int64_t t_start_ns = 0, t_end_ns = 0;  // of the suspect's first event
   uint32_t stream = 0;
+  // An event of the gap read bits that differed from the reference's and that
+  // no event of the gap made: what the gap computed may differ because of its
+  // inputs, so it is not a source.
+  bool tainted = false;
   bool reported = false;
   void add(const Event& e, bool reference) {
     auto& ids = reference ? region.reference_ids : region.suspect_ids;
@@ -316,23 +317,22 @@ bool Engine::replicated(const Event& e) const {
   return e.phase == formats::Phase::kOptimizer || e.op.rfind("c10d::", 0) == 0;
 }
 
-// An unmatched event is clean when every tensor it reads carries bits equal
-// to the reference's (made by an event whose outputs were equal in both runs)
-// or made by a clean event of its own gap. Bits of unknown provenance (never
-// produced in the recording, changed outside the dispatcher) make it unclean:
-// a gap is named as a source only on evidence.
+// A gap stays a candidate source while every tensor its events read carries
+// bits equal to the reference's (made by an event whose outputs were equal in
+// both runs) or made inside the gap. Bits of unknown provenance (never
+// produced in the recording, changed outside the dispatcher) taint it too: a
+// gap is named as a source only on evidence.
 void Engine::mark_unmatched(RankState& rs, const Event& b, int32_t self, int32_t suspect_index) const {
   const int32_t gap = rs.gap_of_suspect[suspect_index];
-  bool clean = gap >= 0;
+  rs.events[self].gap = gap;
+  if (gap < 0) return;
+  Gap& g = rs.gaps[gap];
   for (const Value& v : b.inputs) {
-    if (!clean) break;
+    if (g.tainted) break;
     if (v.kind != ValueKind::kTensor || is_write_only(b, v)) continue;
     const Provenance p = rs.flow.provenance(v.tensor);
-    if (!p.known) clean = false;
-    else if (p.differs) clean = p.event >= 0 && rs.events[p.event].region == gap && rs.events[p.event].clean;
+    g.tainted = !p.known || (p.differs && (p.event < 0 || rs.events[p.event].gap != gap));
   }
-  rs.events[self].region = gap;
-  rs.events[self].clean = clean;
 }
 
 void Engine::add_found(RankState& rs, DivergentEvent d) const {
@@ -523,7 +523,8 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
           }
         }
         if (s.kind == BitsSource::kPropagated) {
-          if (s.event >= 0 && rs.events[s.event].clean) gap_sources.emplace_back(rs.events[s.event].region, static_cast<int>(k));
+          const int32_t gap = s.event >= 0 ? rs.events[s.event].gap : -1;
+          if (gap >= 0 && !rs.gaps[gap].tainted) gap_sources.emplace_back(gap, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;

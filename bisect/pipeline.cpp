@@ -119,6 +119,14 @@ RunResult bisect_run(const RunOptions& o) {
                                  fd.op);
     return finish();
   }
+  if (fd.region && !fd.reference_id) {
+    result.status = RunResult::Status::kNotReplayable;
+    result.message = fmt::format("the first divergence is a region where the reference ran {} ops and the suspect {} "
+                                 "others: bisect run replays a region of one reference op; try opguard bisect window "
+                                 "on the reference's events",
+                                 fd.region->reference_events, fd.region->suspect_events);
+    return finish();
+  }
   result.event = *fd.reference_id;
   say(fmt::format("first divergent operator: {} (event {}, step {}, {}{})", fd.op, result.event, fd.step, fd.phase,
                   fd.scope.empty() ? "" : ", scope " + fd.scope));
@@ -131,7 +139,9 @@ RunResult bisect_run(const RunOptions& o) {
     say(fmt::format("re-recording both runs around event {} with full tensors (--dump-around {}:{})", result.event,
                     result.event, o.dump_radius));
     ref = rerecord(o.reference, o.rank, result.event, work, "reference", o);
-    sus = rerecord(o.suspect, o.rank, sus_event, work, "suspect", o);
+    // A region's suspect bits are the fingerprint its reader saw: only the
+    // reference's op is replayed.
+    if (!fd.region) sus = rerecord(o.suspect, o.rank, sus_event, work, "suspect", o);
     const auto ev = detail::load_event(ref, o.rank, result.event);
     if (ev.op != fd.op || !has_full_inputs(ev))
       throw FormatError(fmt::format("the re-recording {} has {} at event {}, without full inputs, where the diff saw "
@@ -144,8 +154,10 @@ RunResult bisect_run(const RunOptions& o) {
 
   // 3. replay under both recorded configs
   t0 = Clock::now();
-  const replay::Config good = replay::recorded_config(ref, o.rank);
-  const replay::Config bad = replay::recorded_config(sus, o.rank);
+  // Declared knobs (a parallel decomposition the program applies itself)
+  // take part like recorded ones.
+  const replay::Config good = replay::recorded_config(ref, o.rank).overlaid(replay::declared_config(ref, o.rank));
+  const replay::Config bad = replay::recorded_config(sus, o.rank).overlaid(replay::declared_config(sus, o.rank));
   say(fmt::format("replaying event {} under the reference's config ({}) and the suspect's ({})", result.event,
                   good.to_string(), bad.to_string()));
   TrialTarget target{ref, result.event, o.rank, o.self_exe, {}};
@@ -155,10 +167,21 @@ RunResult bisect_run(const RunOptions& o) {
     ro.from_recorded = false;
     ro.self_exe = o.self_exe;
     ro.config = bad;
-    ro.expect_dir = sus;
-    ro.expect_event = sus_event;
-    ro.expect_rank = o.rank;
-    const auto r = replay::replay_event(ref, result.event, ro);
+    if (!fd.region) {
+      ro.expect_dir = sus;
+      ro.expect_event = sus_event;
+      ro.expect_rank = o.rank;
+    }
+    auto r = replay::replay_event(ref, result.event, ro);
+    if (fd.region && r.verdict != replay::Verdict::kCannotReplay) {
+      // Does the op under the suspect's config give what the suspect's region
+      // gave, as its reader saw it?
+      bool found = false;
+      for (const auto& out : r.outputs) found = found || fmt::format("{:016x}", out.replayed_fingerprint) == fd.region->suspect_bits;
+      r.verdict = found ? replay::Verdict::kReproduces : replay::Verdict::kDiffers;
+      r.message = fmt::format("no output has the bits {} that {} (event {}) read in the suspect",
+                              fd.region->suspect_bits, fd.region->consumer_op, fd.region->consumer_id);
+    }
     result.suspect_bits_explained = r.verdict == replay::Verdict::kReproduces;
     if (r.verdict == replay::Verdict::kDiffers)
       result.bundle_note = fmt::format("note: replayed under the suspect's recorded config, event {} does not give "
@@ -195,8 +218,12 @@ RunResult bisect_run(const RunOptions& o) {
   say(fmt::format("inputs {} -> {} bytes ({} trials)", result.shrink->original_bytes, result.shrink->final_bytes,
                   result.shrink->trials));
   result.status = RunResult::Status::kFound;
-  result.message = fmt::format("{}{} (event {}, step {}, {}) gives other bits when {}", fd.op,
-                               fd.scope.empty() ? "" : " in " + fd.scope, result.event, fd.step, fd.phase, knobs);
+  result.message = fmt::format("{}{} (event {}, step {}, {}){} gives other bits when {}", fd.op,
+                               fd.scope.empty() ? "" : " in " + fd.scope, result.event, fd.step, fd.phase,
+                               fd.region ? fmt::format(", which the suspect ran as {} other ops,",
+                                                       fd.region->suspect_events)
+                                         : "",
+                               knobs);
 
   // 6. bundle
   if (o.write_bundle) {

@@ -46,7 +46,7 @@ constexpr const char* kTrialsDir = ".trials";  // inside out_dir while the trial
 // Knobs the standalone programs can set (repro.py, repro.cpp: apply_in_process, env_of).
 const std::set<std::string> kReproKnobs = {"device",        "threads",        "cpu_capability", "mkldnn",
                                            "deterministic", "dtype",          "flush_denormal", "float32_matmul_precision",
-                                           "blas_threads"};
+                                           "blas_threads",  "tp",             "microbatches",   "reduce"};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -142,6 +142,7 @@ const std::map<std::string, std::string> kPyMemoryFormats = {{"Contiguous", "tor
 
 struct Generated {
   std::string py_args, py_call, cpp_args;
+  std::vector<std::string> py_locals;  // the argument locals in schema order (a0, a1, ...)
   std::vector<std::string> summary;  // one line per argument for the manifest and README
 };
 
@@ -265,6 +266,7 @@ Generated generate_call(const json& call) {
     }
     const std::string comment = fmt::format("{} {}", type, arg_name);
     g.py_args += fmt::format("        {} = {}  # {}\n", local, py, comment);
+    g.py_locals.push_back(local);
     g.cpp_args += fmt::format("  stack.emplace_back({});  // {}\n", cpp, comment);
     (a.at("kwarg_only").get<bool>() ? keyword : positional)
         .push_back(a.at("kwarg_only").get<bool>() ? fmt::format("{}={}", checked(arg_name, kIdent, "argument name"), local)
@@ -293,8 +295,8 @@ void check_repro_knobs(const std::vector<std::pair<std::string, std::string>>& k
   for (const auto& [k, v] : knobs) {
     if (kReproKnobs.count(k) || k.rfind("env:", 0) == 0) continue;
     throw UsageError(fmt::format(
-        "knob {} is emulated inside opguard's replay (or needs a GPU) and the standalone repro programs cannot set "
-        "it yet: bundle a divergence of another knob",
+        "knob {} acts on the GPU and the standalone repro programs run on the CPU: bundle a divergence of another "
+        "knob",
         k));
   }
 }
@@ -559,6 +561,9 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@OUTPUTS@@", outputs_py);
     py = replace_all(py, "@@ARGS@@", gen.py_args);
     py = replace_all(py, "@@CALL@@", gen.py_call);
+    const bool backward = good.result.phase == "backward";
+    py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
+    py = replace_all(py, "@@BACKWARD@@", backward ? "True" : "False");
     std::string cpp = templates::kReproCpp;
     cpp = replace_all(cpp, "@@TITLE@@", replace_all(title, "\n", " "));
     cpp = replace_all(cpp, "@@OP_NAME@@", br.op);
@@ -567,6 +572,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
                       fmt::format("    {{\"good\", {}}},\n    {{\"bad\", {}}},", cpp_config(good_knobs), cpp_config(bad_knobs)));
     cpp = replace_all(cpp, "@@OUTPUTS@@", outputs_cpp);
     cpp = replace_all(cpp, "@@ARGS@@", gen.cpp_args);
+    cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 
     std::string readme = fmt::format("# {}\n\n", op_text);
     readme += fmt::format(

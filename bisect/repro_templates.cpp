@@ -83,6 +83,8 @@ def apply_in_process(config):
                 fail("ATEN_CPU_CAPABILITY=%s did not take (torch runs %s)" % (value, got))
         elif knob in ("blas_threads",) or knob.startswith("env:"):
             pass  # the parent set the environment
+        elif knob in ("tp", "microbatches", "reduce"):
+            pass  # run_op decomposes the call (parallel_call)
         else:
             fail("knob %s is not one this reproducer can set" % knob)
     return cast
@@ -115,7 +117,121 @@ def generator(h5, name):
     return g
 
 
-def run_op(cast):
+# --- parallel decompositions: tp=P, microbatches=M, reduce=ORDER -------------------
+# The op computed as P partial products over shards of its reduction dimension,
+# summed in the order of an all-reduce, exactly as opguard's replay emulates a
+# tensor- or data-parallel run on one device (replay/decomposed.cpp,
+# kernels/decompose.cpp in opguard).
+
+# The recorded call ran in the backward pass: a matmul of a transposed matrix
+# there is a weight gradient, which reduces over the batch (microbatches=M).
+BACKWARD = @@BACKWARD@@
+
+
+def shard_of(n, parts, i):
+    """[begin, end) of shard i of n elements in `parts` shards, as torch.tensor_split cuts them."""
+    base, extra = divmod(n, parts)
+    begin = i * base + min(i, extra)
+    return begin, begin + base + (1 if i < extra else 0)
+
+
+def ring_chunk(numel, element_size, ranks, c, max_segment_bytes=1 << 20):
+    """The elements whose sum starts at rank c-1 in Gloo's ring all-reduce (gloo/allreduce.cc)."""
+    max_segment = element_size * max(1, max_segment_bytes // element_size)
+    segments = max(-(-numel * element_size // max_segment), 2 * ranks)
+    segments = -(-segments // ranks) * ranks
+    per_rank = segments // ranks
+    segment_elems = -(-numel // segments)
+    return min(numel, c * per_rank * segment_elems), min(numel, (c + 1) * per_rank * segment_elems)
+
+
+def reduce_partials(parts, order):
+    """The elementwise sum of the partials in an all-reduce order: sequential ((p0 + p1) + p2) + ...;
+    tree (p0 + p1) + (p2 + p3); ring: chunk c summed along c-1, c-2, ..., c (mod P)."""
+    flat = [p.contiguous().reshape(-1) for p in parts]
+    if order == "tree":
+        level = flat
+        while len(level) > 1:
+            nxt = [torch.add(level[j], level[j + 1]) for j in range(0, len(level) - 1, 2)]
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        out = level[0].clone()
+    elif order == "sequential":
+        out = flat[0].clone()
+        for p in flat[1:]:
+            out = torch.add(out, p)
+    elif order == "ring":
+        out = torch.empty_like(flat[0])
+        ranks = len(flat)
+        for c in range(ranks):
+            begin, end = ring_chunk(out.numel(), out.element_size(), ranks, c)
+            chain = [(c - 1 - r) % ranks for r in range(ranks)]
+            acc = flat[chain[0]][begin:end].clone()
+            for r in chain[1:]:
+                acc = torch.add(acc, flat[r][begin:end])
+            out[begin:end] = acc
+    else:
+        fail("reduce=%s is not an order this reproducer knows" % order)
+    return out.reshape(parts[0].shape)
+
+
+def is_transposed_matrix(x):
+    return x.dim() == 2 and x.size(0) > 1 and x.stride(0) == 1 and x.stride(1) >= x.size(0)
+
+
+def parallel_form(args):
+    """(batch split?, a, a_dim, b, b_dim, partial, finish) for the ops replay decomposes, else None."""
+    if OP in ("aten::mm", "aten::bmm", "aten::matmul"):
+        a, b = args[0], args[1]
+        fn = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::matmul": torch.matmul}[OP]
+        batch = BACKWARD and OP != "aten::bmm" and is_transposed_matrix(a)
+        return batch, a, a.dim() - 1, b, 0 if b.dim() == 1 else b.dim() - 2, fn, lambda s: s
+    if OP == "aten::addmm":
+        self_, a, b, beta, alpha = args[:5]
+
+        def finish(s):
+            scaled = s if alpha == 1 else torch.mul(s, alpha)
+            return scaled if beta == 0 else torch.add(scaled, self_, alpha=beta)
+        return BACKWARD and is_transposed_matrix(a), a, 1, b, 0, torch.mm, finish
+    if OP == "aten::linear":
+        x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+        finish = (lambda s: s) if bias is None else (lambda s: torch.add(s, bias))
+        return False, x, x.dim() - 1, w, 1, lambda p, q: torch.nn.functional.linear(p, q), finish
+    if OP == "aten::sum.dim_IntList" and BACKWARD:
+        x, dims, keepdim, dtype = args[:4]
+        if dims and not any(d in (0, -x.dim()) for d in dims):
+            return None
+        return True, x, 0, None, 0, lambda p, _: torch.sum(p, dims if dims else None, keepdim, dtype=dtype), lambda s: s
+    return None
+
+
+def parallel_call(args, config):
+    """The op's result under tp / microbatches, or None where replay runs it as recorded."""
+    tp, microbatches = int(config.get("tp", "0")), int(config.get("microbatches", "0"))
+    if not tp and not microbatches:
+        return None
+    form = parallel_form(args)
+    if form is None:
+        return None
+    batch, a, a_dim, b, b_dim, partial, finish = form
+    parts = microbatches if batch else tp
+    if parts <= 1:
+        return None
+    k = a.size(a_dim)
+    if (b is not None and b.size(b_dim) != k) or k < parts:
+        return None
+    partials = []
+    for r in range(parts):
+        begin, end = shard_of(k, parts, r)
+        pb = b.narrow(b_dim, begin, end - begin) if b is not None else None
+        partials.append(partial(a.narrow(a_dim, begin, end - begin), pb).contiguous())
+    if partials[0].dtype not in (torch.float32, torch.float64, torch.bfloat16):
+        return None
+    return finish(reduce_partials(partials, config.get("reduce", "sequential" if batch else "ring")))
+
+
+def run_op(config, cast):
     with h5py.File(os.path.join(HERE, "inputs.h5"), "r") as h5:
         def t(name):
             x = load(h5, name)
@@ -123,7 +239,9 @@ def run_op(cast):
 
 @@ARGS@@
         with torch.no_grad():
-            result = @@CALL@@
+            result = parallel_call([@@ARG_LIST@@], config)
+            if result is None:
+                result = @@CALL@@
     flat = []
 
     def walk(v):
@@ -141,7 +259,7 @@ def child(which, out_path):
     config = CONFIGS[which]
     cast = apply_in_process(config)
     try:
-        outputs = run_op(cast)
+        outputs = run_op(config, cast)
     except Exception as e:  # the op failing under a config is the bundle not running
         fail("%s failed under the %s config: %s" % (OP, which, str(e).splitlines()[0]))
     expected_dtypes = []
@@ -297,6 +415,7 @@ const char* const kReproCpp = R"TPL(// @@TITLE@@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -304,6 +423,7 @@ const char* const kReproCpp = R"TPL(// @@TITLE@@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -475,6 +595,8 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
       if (got != value) fail("ATEN_CPU_CAPABILITY=" + value + " did not take (libtorch runs " + got + ")");
     } else if (knob == "blas_threads" || knob.rfind("env:", 0) == 0) {
       // the parent set the environment
+    } else if (knob == "tp" || knob == "microbatches" || knob == "reduce") {
+      // run_op decomposes the call (run_parallel)
     } else {
       fail("knob " + knob + " is not one this reproducer can set");
     }
@@ -482,9 +604,163 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
   return cast;
 }
 
+// --- parallel decompositions: tp=P, microbatches=M, reduce=ORDER -------------
+// The op computed as P partial products over shards of its reduction
+// dimension, summed in the order of an all-reduce, exactly as opguard's replay
+// emulates a tensor- or data-parallel run on one device
+// (replay/decomposed.cpp, kernels/decompose.cpp in opguard).
+
+// The recorded call ran in the backward pass: a matmul of a transposed matrix
+// there is a weight gradient, which reduces over the batch (microbatches=M).
+constexpr bool kBackward = @@BACKWARD@@;
+
+struct Range {
+  int64_t begin, end;
+};
+
+// Shard i of n elements in `parts` shards, as torch.tensor_split cuts them.
+Range shard_of(int64_t n, int64_t parts, int64_t i) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = i * base + std::min(i, extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+// The elements whose sum starts at rank c-1 in Gloo's ring all-reduce (gloo/allreduce.cc).
+Range ring_chunk(int64_t numel, int64_t element_size, int64_t ranks, int64_t c) {
+  const int64_t max_segment = element_size * std::max<int64_t>(1, (int64_t{1} << 20) / element_size);
+  int64_t segments = std::max<int64_t>((numel * element_size + max_segment - 1) / max_segment, 2 * ranks);
+  segments = (segments + ranks - 1) / ranks * ranks;
+  const int64_t per_rank = segments / ranks, segment_elems = (numel + segments - 1) / segments;
+  return {std::min(numel, c * per_rank * segment_elems), std::min(numel, (c + 1) * per_rank * segment_elems)};
+}
+
+// The elementwise sum of the partials: sequential ((p0 + p1) + p2) + ...; tree
+// (p0 + p1) + (p2 + p3); ring: chunk c summed along c-1, c-2, ..., c (mod P).
+at::Tensor reduce_partials(const std::vector<at::Tensor>& parts, const std::string& order) {
+  std::vector<at::Tensor> flat;
+  for (const auto& p : parts) flat.push_back(p.contiguous().reshape({-1}));
+  const int64_t ranks = static_cast<int64_t>(flat.size());
+  at::Tensor out;
+  if (order == "tree") {
+    std::vector<at::Tensor> level = flat;
+    while (level.size() > 1) {
+      std::vector<at::Tensor> next;
+      for (std::size_t j = 0; j + 1 < level.size(); j += 2) next.push_back(at::add(level[j], level[j + 1]));
+      if (level.size() % 2 == 1) next.push_back(level.back());
+      level.swap(next);
+    }
+    out = level[0].clone();
+  } else if (order == "sequential") {
+    out = flat[0].clone();
+    for (int64_t r = 1; r < ranks; ++r) out = at::add(out, flat[static_cast<std::size_t>(r)]);
+  } else if (order == "ring") {
+    out = at::empty_like(flat[0]);
+    for (int64_t c = 0; c < ranks; ++c) {
+      const Range chunk = ring_chunk(out.numel(), out.element_size(), ranks, c);
+      auto part = [&](int64_t r) {
+        return flat[static_cast<std::size_t>(((c - 1 - r) % ranks + ranks) % ranks)].slice(0, chunk.begin, chunk.end);
+      };
+      at::Tensor acc = part(0).clone();
+      for (int64_t r = 1; r < ranks; ++r) acc = at::add(acc, part(r));
+      out.slice(0, chunk.begin, chunk.end).copy_(acc);
+    }
+  } else {
+    fail("reduce=" + order + " is not an order this reproducer knows");
+  }
+  return out.reshape(parts[0].sizes());
+}
+
+bool is_transposed_matrix(const at::Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.stride(0) == 1 && t.stride(1) >= t.size(0);
+}
+
+std::string knob(const std::vector<std::pair<std::string, std::string>>& config, const std::string& name) {
+  for (const auto& [k, v] : config)
+    if (k == name) return v;
+  return "";
+}
+
+// Replaces the stack's arguments by the op's result under tp / microbatches;
+// false where replay runs the op as recorded.
+bool run_parallel(const std::vector<std::pair<std::string, std::string>>& config, torch::jit::Stack& stack) {
+  const std::string tp_text = knob(config, "tp"), mb_text = knob(config, "microbatches");
+  if (tp_text.empty() && mb_text.empty()) return false;
+  const std::string op = std::string(kOp) + (std::string(kOverload).empty() ? "" : "." + std::string(kOverload));
+  auto tensor_at = [&](std::size_t i) { return i < stack.size() && stack[i].isTensor() ? stack[i].toTensor() : at::Tensor(); };
+  at::Tensor a, b;
+  int64_t a_dim = 0, b_dim = 0;
+  bool batch = false;
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> partial;
+  std::function<at::Tensor(const at::Tensor&)> finish = [](const at::Tensor& s) { return s; };
+  if (op == "aten::mm" || op == "aten::bmm" || op == "aten::matmul") {
+    a = tensor_at(0), b = tensor_at(1);
+    if (!a.defined() || !b.defined() || a.dim() < 1 || b.dim() < 1) return false;
+    a_dim = a.dim() - 1, b_dim = b.dim() == 1 ? 0 : b.dim() - 2;
+    if (op == "aten::mm") partial = [](const at::Tensor& x, const at::Tensor& y) { return at::mm(x, y); };
+    else if (op == "aten::bmm") partial = [](const at::Tensor& x, const at::Tensor& y) { return at::bmm(x, y); };
+    else partial = [](const at::Tensor& x, const at::Tensor& y) { return at::matmul(x, y); };
+    batch = kBackward && op != "aten::bmm" && is_transposed_matrix(a);
+  } else if (op == "aten::addmm" && stack.size() >= 5) {
+    const at::Tensor self = tensor_at(0);
+    a = tensor_at(1), b = tensor_at(2), a_dim = 1, b_dim = 0;
+    if (!self.defined() || !a.defined() || !b.defined()) return false;
+    const c10::Scalar beta = stack[3].toScalar(), alpha = stack[4].toScalar();
+    partial = [](const at::Tensor& x, const at::Tensor& y) { return at::mm(x, y); };
+    finish = [self, beta, alpha](const at::Tensor& s) {
+      const at::Tensor scaled = alpha.equal(1) ? s : at::mul(s, alpha);
+      return beta.equal(0) ? scaled : at::add(scaled, self, beta);
+    };
+    batch = kBackward && is_transposed_matrix(a);
+  } else if (op == "aten::linear") {
+    a = tensor_at(0), b = tensor_at(1);
+    const at::Tensor bias = tensor_at(2);
+    if (!a.defined() || !b.defined() || a.dim() < 1 || b.dim() != 2) return false;
+    a_dim = a.dim() - 1, b_dim = 1;
+    partial = [](const at::Tensor& x, const at::Tensor& w) { return at::linear(x, w); };
+    if (bias.defined()) finish = [bias](const at::Tensor& s) { return at::add(s, bias); };
+  } else if (op == "aten::sum.dim_IntList" && kBackward && stack.size() >= 4) {
+    a = tensor_at(0);
+    if (!a.defined() || a.dim() < 1) return false;
+    std::vector<int64_t> dims;
+    if (!stack[1].isNone()) dims = stack[1].toIntVector();
+    bool over_batch = dims.empty();
+    for (int64_t d : dims) over_batch = over_batch || d == 0 || d == -a.dim();
+    if (!over_batch) return false;
+    const bool keepdim = stack[2].toBool();
+    const std::optional<at::ScalarType> dtype =
+        stack[3].isNone() ? std::nullopt : std::optional<at::ScalarType>(stack[3].toScalarType());
+    batch = true;
+    partial = [dims, keepdim, dtype](const at::Tensor& x, const at::Tensor&) {
+      return at::sum(x, dims.empty() ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims), keepdim, dtype);
+    };
+  } else {
+    return false;
+  }
+  const std::string parts_text = batch ? mb_text : tp_text;
+  if (parts_text.empty()) return false;
+  const int64_t parts = std::stoll(parts_text);
+  const int64_t k = a.size(a_dim);
+  if (parts <= 1 || (b.defined() && b.size(b_dim) != k) || k < parts) return false;
+  std::vector<at::Tensor> partials;
+  for (int64_t r = 0; r < parts; ++r) {
+    const Range s = shard_of(k, parts, r);
+    const at::Tensor pb = b.defined() ? b.narrow(b_dim, s.begin, s.end - s.begin) : at::Tensor();
+    partials.push_back(partial(a.narrow(a_dim, s.begin, s.end - s.begin), pb).contiguous());
+  }
+  const auto type = partials.front().scalar_type();
+  if (type != at::kFloat && type != at::kDouble && type != at::kBFloat16) return false;
+  std::string order = knob(config, "reduce");
+  if (order.empty()) order = batch ? "sequential" : "ring";
+  const at::Tensor result = finish(reduce_partials(partials, order));
+  stack.clear();
+  stack.emplace_back(result);
+  return true;
+}
+
 // --- the call (generated from the recorded schema) -----------------------------
 
-std::vector<at::Tensor> run_op(std::optional<at::ScalarType> cast) {
+std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::string>>& config,
+                               std::optional<at::ScalarType> cast) {
   H5File inputs("inputs.h5");
   auto t = [&](const char* name) {
     at::Tensor x = load(inputs, name);
@@ -495,7 +771,7 @@ std::vector<at::Tensor> run_op(std::optional<at::ScalarType> cast) {
   torch::jit::Stack stack;
 @@ARGS@@
   at::NoGradGuard no_grad;
-  op.callBoxed(stack);
+  if (!run_parallel(config, stack)) op.callBoxed(stack);
   std::vector<at::Tensor> flat;
   for (const auto& v : stack) {
     if (v.isTensor() && v.toTensor().defined()) flat.push_back(v.toTensor());
@@ -545,7 +821,7 @@ int child(const std::string& which, const std::string& out_path) {
   const auto cast = apply_in_process(kConfigs.at(which));
   std::vector<at::Tensor> outputs;
   try {
-    outputs = run_op(cast);
+    outputs = run_op(kConfigs.at(which), cast);
   } catch (const std::exception& e) {
     std::string what = e.what();
     fail(std::string(kOp) + " failed under the " + which + " config: " + what.substr(0, what.find('\n')));

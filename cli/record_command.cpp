@@ -18,6 +18,7 @@
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 #include "opguard/record/config.h"
+#include "opguard/replay/replay.h"
 #include "verbs.h"
 
 extern char** environ;
@@ -40,6 +41,12 @@ Examples:
   opguard record --out runA -- ./build/bin/tiny_gpt --steps 5
   opguard record --out runB --dump-steps 3 -- python3 examples/tiny_gpt.py --steps 5
   opguard record --out runB2 --dump-around 1234:32 -- ./build/bin/tiny_gpt --steps 5
+  opguard record --out runT --declare tp=2 -- ./build/bin/tiny_gpt --tp 2
+
+--declare names knobs the program applies itself and the recorder cannot see
+(a tensor-parallel split it emulates: tp=P, reduce=ORDER; see opguard configs).
+They go into the manifest (declared_knobs); bisect run compares them between
+two runs like the knobs it records, so it can name them.
 
 Faults: a killed run leaves every completed step readable (the step it died in
 is listed as torn by opguard ls). If a write fails (disk full, I/O error) the
@@ -67,6 +74,7 @@ struct RecordOptions {
   std::string queue_full = "wait";
   bool strict = false;
   int hash_threads = 1;
+  std::vector<std::string> declare;
   std::vector<std::string> command;
 };
 
@@ -173,6 +181,9 @@ int run_record(const RecordOptions& o) {
   std::string queue = "policy=" + o.queue_full;
   if (!o.queue_bytes.empty()) queue += ";bytes=" + o.queue_bytes;
   record::parse_queue(queue);
+  std::string declared_text;
+  for (const auto& d : o.declare) declared_text += (declared_text.empty() ? "" : ",") + d;
+  const std::string declared = replay::Config::parse(declared_text).to_string();
   const std::string program = find_program(o.command[0]);
   const std::string library = find_recorder_library();
   const std::string python_dir = find_python_dir();
@@ -207,6 +218,7 @@ int run_record(const RecordOptions& o) {
   if (o.strict) env.push_back(std::string(record::kEnvStrict) + "=1");
   env.push_back(std::string(record::kEnvHashThreads) + "=" + std::to_string(o.hash_threads));
   env.push_back(std::string(record::kEnvCommand) + "=" + command_line);
+  if (!declared.empty()) env.push_back(std::string(record::kEnvDeclared) + "=" + declared);
 
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -279,6 +291,8 @@ void add_record_command(CLI::App& app, VerbResult& result) {
       ->check(CLI::IsMember({"wait", "drop"}));
   sub->add_flag("--strict", opts->strict, "Abort the run (exit 74) if the recording cannot be written");
   sub->add_option("--hash-threads", opts->hash_threads, "Threads that hash tensors of 1 MiB or more alongside the training thread (default 1: the training thread alone)");
+  sub->add_option("--declare", opts->declare,
+                  "Knobs the program applies itself (tp=2,reduce=ring): kept in the manifest for bisect run (repeatable)");
   sub->add_option("command", opts->command, "-- PROGRAM ARGS...")->required();
   sub->positionals_at_end();
   sub->callback([opts, &result] { result.exit_code = run_record(*opts); });

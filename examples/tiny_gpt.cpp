@@ -64,6 +64,8 @@ struct Options {
   std::string corpus = OPGUARD_EXAMPLES_CORPUS;
   std::string out_params;
   int64_t print_every = 1;  // <= 0: print no step lines, only the final one
+  bool mkldnn = true;       // oneDNN (at::globalContext().setUserEnabledMkldnn)
+  int64_t tp = 1;           // > 1: the MLP down-projection as a P-way row-parallel linear (row_parallel_linear)
 };
 
 class UsageError : public std::runtime_error {
@@ -74,7 +76,8 @@ constexpr const char* kUsage =
     "usage: tiny_gpt [--steps N] [--width N] [--depth N] [--heads N] [--seq N]\n"
     "                [--batch N] [--threads N] [--dtype float32|float64|bfloat16]\n"
     "                [--seed N] [--tied] [--dropout P] [--lr X] [--weight-decay X]\n"
-    "                [--corpus PATH] [--out-params PATH] [--print-every K]\n";
+    "                [--corpus PATH] [--out-params PATH] [--print-every K]\n"
+    "                [--mkldnn on|off] [--tp P]\n";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
   std::size_t used = 0;
@@ -128,7 +131,7 @@ Options parse_options(int argc, char** argv) {
     static const char* const kValueFlags[] = {
         "--steps", "--width",   "--depth",  "--heads", "--seq",          "--batch",     "--threads",
         "--seed",  "--dropout", "--lr",     "--dtype", "--weight-decay", "--corpus",    "--out-params",
-        "--print-every"};
+        "--print-every", "--mkldnn", "--tp"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags)) {
       throw UsageError("unknown flag '" + flag + "'");
     }
@@ -150,6 +153,11 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--corpus") o.corpus = value;
     else if (flag == "--out-params") o.out_params = value;
     else if (flag == "--print-every") o.print_every = parse_int(flag, value, 0);
+    else if (flag == "--tp") o.tp = parse_int(flag, value, 1);
+    else if (flag == "--mkldnn") {
+      if (value != "on" && value != "off") throw UsageError("--mkldnn wants on or off, got '" + value + "'");
+      o.mkldnn = value == "on";
+    }
     else if (flag == "--dtype") {
       o.dtype_name = value;
       if (value == "float32") o.dtype = torch::kFloat32;
@@ -226,7 +234,27 @@ struct ModelConfig {
   int64_t seq;
   bool tied;
   double dropout;
+  int64_t tp;
 };
+
+// A P-way tensor-parallel run computes a row-parallel linear (Megatron's
+// RowParallelLinear: the MLP's down-projection) as P partial products over
+// shards of the input features, all-reduced, plus the bias once. This emulates
+// it in one process: shards as torch::tensor_split cuts them, partials summed
+// in rank order ((p0 + p1) + p2) + ..., which for P = 2 is also what a ring
+// all-reduce gives (a + b == b + a in IEEE arithmetic). opguard's replay knobs
+// `tp=P,reduce=sequential` compute the same decomposition of the unsplit op.
+// It calls ATen's linear, one operator, as Python's F.linear does (the C++
+// frontend's Linear module records t, matmul and add_ instead), so that both
+// programs' down-projection is the one op a bisect replays.
+torch::Tensor row_parallel_linear(const torch::Tensor& x, torch::nn::Linear& layer, int64_t tp) {
+  if (tp <= 1) return torch::linear(x, layer->weight, layer->bias);
+  const auto xs = torch::tensor_split(x, tp, -1);
+  const auto ws = torch::tensor_split(layer->weight, tp, 1);
+  torch::Tensor sum = torch::linear(xs[0], ws[0]);
+  for (int64_t r = 1; r < tp; ++r) sum = sum + torch::linear(xs[r], ws[r]);
+  return sum + layer->bias;
+}
 
 torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
   // Skipped entirely at p = 0 (both programs) so that the default op stream has no random ops.
@@ -273,17 +301,19 @@ struct MlpImpl : torch::nn::Module {
   explicit MlpImpl(const ModelConfig& c)
       : fc(register_module("fc", torch::nn::Linear(c.width, 4 * c.width))),
         proj(register_module("proj", torch::nn::Linear(4 * c.width, c.width))),
-        dropout(c.dropout) {}
+        dropout(c.dropout),
+        tp(c.tp) {}
 
   torch::Tensor forward(torch::Tensor x) {
     { opguard::Scope s("fc"); x = fc(x); }
     x = torch::gelu(x);
-    { opguard::Scope s("proj"); x = proj(x); }
+    { opguard::Scope s("proj"); x = row_parallel_linear(x, proj, tp); }
     return maybe_dropout(x, dropout, is_training());
   }
 
   torch::nn::Linear fc, proj;
   double dropout;
+  int64_t tp;
 };
 TORCH_MODULE(Mlp);
 
@@ -401,12 +431,14 @@ uint32_t float_bits(float v) {
 
 int run(const Options& o) {
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
+  at::globalContext().setUserEnabledMkldnn(o.mkldnn);
   torch::manual_seed(o.seed);
   const Corpus corpus = load_corpus(o.corpus);
   if (static_cast<int64_t>(corpus.tokens.size()) < o.seq + 2) {
     throw UsageError("the corpus '" + o.corpus + "' is shorter than --seq + 2 characters");
   }
-  const ModelConfig config{corpus.vocab_size, o.width, o.depth, o.heads, o.seq, o.tied, o.dropout};
+  if (o.tp > 4 * o.width) throw UsageError("--tp (" + std::to_string(o.tp) + ") exceeds the MLP's 4 x --width features");
+  const ModelConfig config{corpus.vocab_size, o.width, o.depth, o.heads, o.seq, o.tied, o.dropout, o.tp};
   Gpt model(config);
   init_parameters(model);
   model->to(o.dtype);

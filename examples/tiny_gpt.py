@@ -68,10 +68,14 @@ def parse_args(argv):
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
     p.add_argument("--out-params", default="")
     p.add_argument("--print-every", type=int, default=1, help="<= 0: only the final line")
+    p.add_argument("--mkldnn", choices=("on", "off"), default="on",
+                   help="oneDNN (torch.backends.mkldnn.enabled)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="> 1: the MLP down-projection as a P-way row-parallel linear (RowParallelLinear)")
     p.add_argument("--ddp", action="store_true",
                    help="data-parallel over torch.distributed (Gloo), ranks from RANK/WORLD_SIZE")
     a = p.parse_args(argv)
-    for name in ("steps", "width", "depth", "heads", "seq", "batch"):
+    for name in ("steps", "width", "depth", "heads", "seq", "batch", "tp"):
         if getattr(a, name) < 1:
             p.error(f"--{name} wants an integer >= 1")
     if a.threads < 0 or a.seed < 0:
@@ -82,6 +86,8 @@ def parse_args(argv):
         p.error("--lr and --weight-decay want numbers in [0, 10]")
     if a.width % a.heads != 0:
         p.error(f"--width ({a.width}) must be a multiple of --heads ({a.heads})")
+    if a.tp > 4 * a.width:
+        p.error(f"--tp ({a.tp}) exceeds the MLP's 4 x --width features")
     return a
 
 
@@ -145,11 +151,36 @@ class CausalSelfAttention(nn.Module):
         return maybe_dropout(self.proj(y), self.dropout, self.training)
 
 
+class RowParallelLinear(nn.Linear):
+    """A P-way tensor-parallel run computes a row-parallel linear (Megatron's
+    RowParallelLinear: the MLP's down-projection) as P partial products over
+    shards of the input features, all-reduced, plus the bias once. This emulates
+    it in one process: shards as torch.tensor_split cuts them, partials summed
+    in rank order ((p0 + p1) + p2) + ..., which for P = 2 is also what a ring
+    all-reduce gives (a + b == b + a in IEEE arithmetic). opguard's replay knobs
+    tp=P,reduce=sequential compute the same decomposition of the unsplit op.
+    tiny_gpt.cpp's row_parallel_linear is the same."""
+
+    def __init__(self, in_features, out_features, tp):
+        super().__init__(in_features, out_features)
+        self.tp = tp
+
+    def forward(self, x):
+        if self.tp <= 1:
+            return super().forward(x)
+        xs = torch.tensor_split(x, self.tp, -1)
+        ws = torch.tensor_split(self.weight, self.tp, 1)
+        total = F.linear(xs[0], ws[0])
+        for r in range(1, self.tp):
+            total = total + F.linear(xs[r], ws[r])
+        return total + self.bias
+
+
 class Mlp(nn.Module):
-    def __init__(self, width, dropout):
+    def __init__(self, width, dropout, tp):
         super().__init__()
         self.fc = nn.Linear(width, 4 * width)
-        self.proj = nn.Linear(4 * width, width)
+        self.proj = RowParallelLinear(4 * width, width, tp)
         self.dropout = dropout
 
     def forward(self, x):
@@ -157,12 +188,12 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads, seq, dropout):
+    def __init__(self, width, heads, seq, dropout, tp):
         super().__init__()
         self.ln1 = nn.LayerNorm(width)
         self.attn = CausalSelfAttention(width, heads, seq, dropout)
         self.ln2 = nn.LayerNorm(width)
-        self.mlp = Mlp(width, dropout)
+        self.mlp = Mlp(width, dropout, tp)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -170,11 +201,11 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab_size, width, depth, heads, seq, tied, dropout):
+    def __init__(self, vocab_size, width, depth, heads, seq, tied, dropout, tp=1):
         super().__init__()
         self.wte = nn.Embedding(vocab_size, width)
         self.wpe = nn.Embedding(seq, width)
-        self.blocks = nn.ModuleList(Block(width, heads, seq, dropout) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(width, heads, seq, dropout, tp) for _ in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size, bias=False)
         if tied:
@@ -289,7 +320,8 @@ def main(argv):
     if len(tokens) < a.seq + 2:
         print(f"tiny_gpt.py: the corpus '{a.corpus}' is shorter than --seq + 2 characters", file=sys.stderr)
         return 2
-    model = Gpt(vocab_size, a.width, a.depth, a.heads, a.seq, a.tied, a.dropout)
+    torch.backends.mkldnn.enabled = a.mkldnn == "on"
+    model = Gpt(vocab_size, a.width, a.depth, a.heads, a.seq, a.tied, a.dropout, a.tp)
     init_parameters(model)
     model.to(DTYPES[a.dtype])
     model.train()

@@ -80,8 +80,11 @@ std::string rerecord_command(const Manifest& manifest, const std::string& record
   std::string out = recording_dir;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   out += "-around-" + event_id;
+  auto declared = info.find("declared_knobs");
+  const std::string declare =
+      declared == info.end() || declared->second.empty() ? "" : " --declare " + shell_quote(declared->second);
   text += opguard_command + " record --out " + shell_quote(out) + " --dump-around " + event_id + ":" +
-          std::to_string(radius) + " -- " + cmd->second;
+          std::to_string(radius) + declare + " -- " + cmd->second;
   return text;
 }
 

@@ -226,6 +226,7 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
       throw UsageError("--hash-threads must be between 1 and 256");
   }
   c.command = get(kEnvCommand);
+  c.declared_knobs = get(kEnvDeclared);
   c.test_writer_delay_us = test_writer_delay_from_env();
   return c;
 }

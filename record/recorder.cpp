@@ -1098,6 +1098,7 @@ void RecorderImpl::write_manifest(ManifestState state) {
   manifest.info["queue"] = config.queue.to_string();
   manifest.info["strict"] = config.strict ? "1" : "0";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
+  if (!config.declared_knobs.empty()) manifest.info["declared_knobs"] = config.declared_knobs;
   if (!failure.empty()) {
     manifest.info["failure"] = failure;
     manifest.info["failed_step"] = std::to_string(failed_step);

@@ -246,32 +246,48 @@ Config Config::overlaid(const Config& other) const {
   return c;
 }
 
-Config recorded_config(const std::string& recording_dir, int rank) {
-  const auto layout = formats::scan_recording(recording_dir);
-  for (const auto& r : layout.ranks) {
-    if (r.rank != rank) continue;
-    const auto m = formats::read_manifest(r.manifest_path);
-    Config c;
-    auto info = [&](const std::string& key) -> std::string {
-      // The state at the end is what the steps ran under when the program
-      // changed a knob after its first op.
-      auto it = m.info.find(key + "_at_end");
-      if (it == m.info.end()) it = m.info.find(key);
-      return it == m.info.end() ? "" : it->second;
-    };
-    if (auto t = info("threads"); !t.empty() && t != "0") c.set("threads", t);
-    if (auto cap = m.info.find("cpu_capability"); cap != m.info.end() && !cap->second.empty())
-      c.set("cpu_capability", cap->second);
-    if (auto v = info("mkldnn_enabled"); !v.empty()) c.set("mkldnn", v == "1" ? "on" : "off");
-    if (auto v = info("deterministic_algorithms"); !v.empty()) c.set("deterministic", v == "1" ? "on" : "off");
-    if (auto v = info("float32_matmul_precision"); !v.empty()) c.set("float32_matmul_precision", v);
-    for (const char* name : detail::kRecordedEnv) {
-      auto it = m.env.find(name);
-      if (it != m.env.end()) c.set(std::string("env:") + name, it->second);
-    }
-    return c;
-  }
+namespace {
+
+formats::Manifest rank_manifest(const std::string& recording_dir, int rank) {
+  for (const auto& r : formats::scan_recording(recording_dir).ranks)
+    if (r.rank == rank) return formats::read_manifest(r.manifest_path);
   throw UsageError(recording_dir + " has no rank " + std::to_string(rank) + ": opguard ls lists its ranks");
+}
+
+}  // namespace
+
+Config declared_config(const std::string& recording_dir, int rank) {
+  const auto m = rank_manifest(recording_dir, rank);
+  auto it = m.info.find("declared_knobs");
+  if (it == m.info.end() || it->second.empty()) return {};
+  try {
+    return Config::parse(it->second);
+  } catch (const UsageError& e) {
+    throw FormatError(recording_dir + " declares knobs this opguard cannot use (" + e.what() + ")");
+  }
+}
+
+Config recorded_config(const std::string& recording_dir, int rank) {
+  const auto m = rank_manifest(recording_dir, rank);
+  Config c;
+  auto info = [&](const std::string& key) -> std::string {
+    // The state at the end is what the steps ran under when the program
+    // changed a knob after its first op.
+    auto it = m.info.find(key + "_at_end");
+    if (it == m.info.end()) it = m.info.find(key);
+    return it == m.info.end() ? "" : it->second;
+  };
+  if (auto t = info("threads"); !t.empty() && t != "0") c.set("threads", t);
+  if (auto cap = m.info.find("cpu_capability"); cap != m.info.end() && !cap->second.empty())
+    c.set("cpu_capability", cap->second);
+  if (auto v = info("mkldnn_enabled"); !v.empty()) c.set("mkldnn", v == "1" ? "on" : "off");
+  if (auto v = info("deterministic_algorithms"); !v.empty()) c.set("deterministic", v == "1" ? "on" : "off");
+  if (auto v = info("float32_matmul_precision"); !v.empty()) c.set("float32_matmul_precision", v);
+  for (const char* name : detail::kRecordedEnv) {
+    auto it = m.env.find(name);
+    if (it != m.env.end()) c.set(std::string("env:") + name, it->second);
+  }
+  return c;
 }
 
 }  // namespace opguard::replay

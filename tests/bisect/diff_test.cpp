@@ -387,6 +387,37 @@ TEST_CASE("a split whose result is bitwise equal is no divergence; a split that 
   }
 }
 
+TEST_CASE("a gap that also reads bits that already differed is not a source, even where its reader's bits come "
+          "from a part of it that read equal inputs") {
+  TempDir dir;
+  Run a, b;
+  auto op = [](const char* name, std::vector<Value> in, std::vector<T> out) {
+    Op o{name, std::move(in), {}, "blk"};
+    for (const auto& t : out) o.outputs.push_back(tensor("", t));
+    return o;
+  };
+  for (Run* r : {&a, &b}) {
+    const bool suspect = r == &b;
+    const T x{1, 0, 10}, w{2, 1, 20};
+    r->add(0, op("aten::normal_", {tensor("self", T{2, 0, 0, {4}, DType::kFloat32, 0, {}, 1}, true)}, {w}));
+    const T h{3, 0, suspect ? 31u : 30u};  // relu is an origin
+    r->add(0, op("aten::relu", {tensor("self", x)}, {h}));
+    const T wv{2, 1, suspect ? 41u : 40u, {2}};
+    if (suspect) {
+      r->add(0, op("aten::tensor_split", {tensor("self", h)}, {T{3, 0, 32, {2}}}));  // reads the differing h
+      r->add(0, op("aten::narrow", {tensor("self", w)}, {wv}));                      // reads the equal w
+    } else {
+      r->add(0, op("aten::slice", {tensor("self", w)}, {wv}));
+    }
+    r->add(0, op("aten::neg", {tensor("self", wv)}, {T{4, 0, suspect ? 51u : 50u, {2}}}));
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->op == "aten::relu");
+  CHECK(d.report.origins.size() == 1);  // the gap is not listed as a second source
+  for (const auto& o : d.report.origins) CHECK_FALSE(o.region);
+}
+
 TEST_CASE("a changed non-tensor argument is origin-args; so is another random generator state") {
   TempDir dir;
   {

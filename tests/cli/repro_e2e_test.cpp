@@ -126,17 +126,7 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   CHECK(py_metrics[0].find(std::to_string(differing) + " of ") != std::string::npos);
 
   // repro.cpp: CMake against the venv's libtorch and the system HDF5, then run.
-  Result prefix = run({kPython, "-c", "import torch;print(torch.utils.cmake_prefix_path)"}, tmp.path().string());
-  REQUIRE(prefix.exit_code == 0);
-  const std::string build = (tmp / "repro-build");
-  Result cfg = run({kCMake, "-S", bundle, "-B", build, "-DCMAKE_PREFIX_PATH=" + prefix.out.substr(0, prefix.out.find('\n'))},
-                   tmp.path().string());
-  INFO(cfg.out << cfg.err);
-  REQUIRE(cfg.exit_code == 0);
-  Result make = run({kCMake, "--build", build, "-j", "2"}, tmp.path().string());
-  INFO(make.out << make.err);
-  REQUIRE(make.exit_code == 0);
-  Result cpp = run({build + "/repro", bundle, "--strict"}, tmp.path().string());
+  Result cpp = opguard::testing::build_and_run_repro(kPython, kCMake, bundle, tmp / "repro-build", tmp.path().string());
   INFO(cpp.out << cpp.err);
   CHECK(cpp.exit_code == 0);
   CHECK(cpp.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);

@@ -2,10 +2,13 @@
 // parallel_ops.py (every tensor dumped): a tensor-parallel split changes the
 // bits of matmul-like ops and one shard leaves them equal; micro-batches
 // change the backward weight and bias gradients; an op a knob does not apply
-// to says so instead of silently reproducing.
+// to says so instead of silently reproducing. Repro bundles of decomposed
+// ops give replay's bits exactly, in repro.py and in repro.cpp.
 
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+
+#include <filesystem>
 
 #include "../support/process.h"
 #include "opguard/core/error.h"
@@ -153,4 +156,50 @@ TEST_CASE("parallelism knobs parse, reject bad values and are listed by opguard 
   Result bad = run({OPGUARD_BIN, "replay", recording().dir, "--event", "0", "--config", "reduce=butterfly"},
                    tmp.path().string());
   CHECK(bad.exit_code == 2);
+}
+
+// A bundle's standalone programs decompose the op themselves: --strict makes
+// them match the bits replay wrote into expected_good.h5 and expected_bad.h5,
+// so every form and order must agree with replay/decomposed.cpp bit for bit.
+TEST_CASE("repro bundles of tp and microbatches configs reproduce replay's exact bits in repro.py and repro.cpp") {
+  struct Case {
+    std::string op, phase, good, bad;
+  };
+  const std::vector<Case> cases = {
+      {"aten::mm", "forward", "tp=4,reduce=sequential", "tp=4,reduce=ring"},
+      {"aten::addmm", "forward", "", "tp=4,reduce=tree"},
+      {"aten::matmul", "forward", "", "tp=3,reduce=ring"},
+      {"aten::bmm", "forward", "tp=4,reduce=tree", "tp=4,reduce=sequential"},
+      {"aten::linear", "forward", "", "tp=2"},
+  };
+  TempDir tmp;
+  std::string first_bundle;
+  auto check_bundle = [&](const std::string& id, const std::string& good, const std::string& bad, const std::string& label) {
+    const std::string bundle = tmp / ("bundle-" + label);
+    Result w = run({OPGUARD_BIN, "repro", recording().dir, "--event", id, "--good", good, "--bad", bad, "-o", bundle},
+                   tmp.path().string());
+    INFO(label << ": " << w.out << w.err);
+    REQUIRE(w.exit_code == 0);
+    Result py = run({OPGUARD_PYTHON_BIN, bundle + "/repro.py", "--strict"}, tmp.path().string());
+    INFO(py.out << py.err);
+    CHECK(py.exit_code == 0);
+    CHECK(py.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);
+    if (first_bundle.empty()) first_bundle = bundle;
+  };
+  for (const auto& c : cases) check_bundle(event_of(c.op, c.phase), c.good, c.bad, c.op.substr(6) + "-" + c.bad);
+  // The backward weight and bias gradients, split over micro-batches.
+  for (const char* op : {"mm", "sum"}) {
+    std::string id;
+    for (const auto& r : recording().events)
+      if (r.phase == "backward" && r.op == std::string("aten::") + op) id = r.event;
+    REQUIRE(!id.empty());
+    check_bundle(id, "microbatches=2", "microbatches=4,reduce=tree", std::string(op) + "-backward");
+  }
+
+  // repro.cpp of the first bundle (mm, sequential vs ring over 4 shards), built with CMake.
+  Result cpp = opguard::testing::build_and_run_repro(OPGUARD_PYTHON_BIN, OPGUARD_CMAKE_BIN, first_bundle,
+                                                     tmp / "repro-build", tmp.path().string());
+  INFO(cpp.out << cpp.err);
+  CHECK(cpp.exit_code == 0);
+  CHECK(cpp.out.find("REPRODUCED: good and bad give different bits") != std::string::npos);
 }

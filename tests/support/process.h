@@ -96,4 +96,28 @@ inline Result run(const std::vector<std::string>& argv, const std::string& scrat
   return r;
 }
 
+// Builds a repro bundle's repro.cpp with CMake against the libtorch of
+// `python`'s torch, in `build_dir`, and runs it on the bundle with `args`.
+// Returns the run, or the result of the first step that failed (its out
+// starts with the step's name).
+inline Result build_and_run_repro(const std::string& python, const std::string& cmake, const std::string& bundle,
+                                  const std::string& build_dir, const std::string& cwd,
+                                  const std::vector<std::string>& args = {"--strict"}) {
+  auto failed = [](const char* step, Result r) {
+    r.out = std::string(step) + " failed\n" + r.out;
+    return r;
+  };
+  Result prefix = run({python, "-c", "import torch;print(torch.utils.cmake_prefix_path)"}, cwd);
+  if (prefix.exit_code != 0) return failed("torch.utils.cmake_prefix_path", prefix);
+  Result cfg = run({cmake, "-S", bundle, "-B", build_dir,
+                    "-DCMAKE_PREFIX_PATH=" + prefix.out.substr(0, prefix.out.find('\n'))},
+                   cwd);
+  if (cfg.exit_code != 0) return failed("cmake configure", cfg);
+  Result make = run({cmake, "--build", build_dir, "-j", "2"}, cwd);
+  if (make.exit_code != 0) return failed("cmake build", make);
+  std::vector<std::string> cmd = {build_dir + "/repro", bundle};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return run(cmd, cwd);
+}
+
 }  // namespace opguard::testing

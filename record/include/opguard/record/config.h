@@ -19,6 +19,10 @@ inline constexpr const char* kEnvQueue = "OPGUARD_QUEUE";        // QueueConfig 
 inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort on write failure
 inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
 inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
+// Knobs the program applies itself, which the recorder cannot observe (a
+// parallel decomposition it emulates): `opguard record --declare` checks them
+// and the manifest keeps them as /info/declared_knobs.
+inline constexpr const char* kEnvDeclared = "OPGUARD_DECLARED_KNOBS";
 inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
 // Test only: the writer sleeps this many microseconds before each event it
 // writes (a disk slower than the training), so that tests can fill the queue.
@@ -89,6 +93,7 @@ struct RecorderConfig {
   bool strict = false;
   int hash_threads = 1;
   std::string command;
+  std::string declared_knobs;  // kEnvDeclared, as opguard record wrote it ("tp=2")
   uint32_t test_writer_delay_us = 0;  // kEnvTestWriterDelay (also read by Recorder::start)
 
   // From the kEnv* variables; nullopt when OPGUARD_OUT is unset.

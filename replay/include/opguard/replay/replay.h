@@ -64,6 +64,11 @@ struct Config {
 // (threads, cpu_capability, mkldnn, deterministic, float32 matmul precision,
 // BLAS thread and MKL_CBWR environment variables).
 Config recorded_config(const std::string& recording_dir, int rank);
+// The knobs the program declared it applies itself (`opguard record
+// --declare`, the manifest's declared_knobs): empty when it declared none.
+// They describe the program, not its replay: a recording's own events are
+// replayed without them (a declared tp=2 is already in its ops).
+Config declared_config(const std::string& recording_dir, int rank);
 
 // --- results -------------------------------------------------------------------
 
