@@ -27,7 +27,9 @@ BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
   // Not seen through this view since the last write (a write through another
   // view, a reshape the recording did not show): the storage's history decides.
   if (s.last_divergent_writer >= 0) return {BitsSource::kPropagated, s.last_divergent_writer};
-  return {BitsSource::kEnteredOutside, s.last_writer};
+  BitsSource entered{BitsSource::kEnteredOutside, s.last_writer};
+  entered.view_unseen = true;
+  return entered;
 }
 
 Provenance Dataflow::provenance(const formats::TensorMeta& m) const {

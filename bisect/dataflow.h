@@ -33,6 +33,9 @@ struct BitsSource {
   Kind kind = kEnteredOutside;
   int32_t event = -1;  // index into the caller's event table; -1: no event of the recording produced it
   bool unseen = false;  // no event had this storage as an input or output before
+  // The storage was seen, this view of it never (made inside an op: a view a
+  // forward op saved for the backward pass without returning it).
+  bool view_unseen = false;
 };
 
 // What the recording says of a tensor's bits, differing or not.

@@ -515,7 +515,9 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
       for (std::size_t k = 0; k < b.inputs.size(); ++k) {
         if (!cmp.input_differs[k] || b.inputs[k].kind != ValueKind::kTensor) continue;
         BitsSource s = rs.flow.explain(b.inputs[k].tensor);
-        if (s.unseen && b.phase == formats::Phase::kBackward) {
+        // A backward op reads what its forward op saved: a tensor, or a view
+        // of one, that no event returned. The forward events of its scope made it.
+        if ((s.unseen || s.view_unseen) && b.phase == formats::Phase::kBackward) {
           auto it = rs.forward_by_scope.find(b.scope);
           if (it != rs.forward_by_scope.end()) {
             s.kind = it->second.last_divergent >= 0 ? BitsSource::kPropagated : BitsSource::kEnteredOutside;

@@ -16,6 +16,11 @@
 // stdout carries only the result lines (one per printed step, then the final
 // loss), so that two runs can be compared with cmp; diagnostics go to stderr.
 //
+// --mkldnn off turns oneDNN off (it changes aten::gelu's bits here); --tp P
+// computes the MLP's down-projection as a P-way row-parallel linear, emulated
+// in one process (row_parallel_linear; record such a run with `opguard record
+// --declare tp=P`). tiny_gpt.py takes the same flags.
+//
 // Module calls sit inside opguard::Scope guards named like the modules
 // registered below (blocks.1.attn.proj, blocks.0.mlp.fc, wte, ln_f, head,
 // loss, ...), the same names the Python program's modules get from the

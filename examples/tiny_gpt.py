@@ -22,6 +22,11 @@ importing torch adds about 3 s to every run.
 stdout carries only the result lines (one per printed step, then the final
 loss), so that two runs can be compared with cmp; diagnostics go to stderr.
 
+Two numerics knobs for opguard's demos and tests: --mkldnn off turns oneDNN
+off (it changes aten::gelu's bits here), and --tp P computes the MLP's
+down-projection as a P-way row-parallel linear, emulated in one process
+(RowParallelLinear; record such a run with `opguard record --declare tp=P`).
+
 --ddp trains data-parallel over torch.distributed with Gloo, one process per
 rank, ranks from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT:
 torchrun sets them):

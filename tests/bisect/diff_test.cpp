@@ -577,6 +577,34 @@ TEST_CASE("a backward op reading a tensor its forward op saved without returning
   CHECK(count(d, EventClass::kEntered) == 0);
 }
 
+TEST_CASE("a backward op reading a view its forward op made inside itself (a saved transpose of a weight) is "
+          "propagated from that scope, not entered") {
+  TempDir dir;
+  Run a, b;
+  auto op = [](const char* name, std::vector<Value> in, std::vector<T> out, Phase phase = Phase::kForward) {
+    Op o{name, std::move(in), {}, "lin", phase};
+    for (const auto& t : out) o.outputs.push_back(tensor("", t));
+    return o;
+  };
+  for (Run* r : {&a, &b}) {
+    const bool suspect = r == &b;
+    const T x{1, 0, 10, {2, 4}}, w{2, 1, 20, {3, 4}};
+    r->add(0, op("aten::normal_", {tensor("self", T{2, 0, 0, {3, 4}, DType::kFloat32, 0, {}, 1}, true)}, {w}));
+    r->add(0, op("aten::relu", {tensor("self", x)}, {T{3, 0, 30, {2, 4}}}));
+    // The origin: linear reads equal x and w and gives other bits.
+    r->add(0, op("aten::linear", {tensor("input", T{3, 0, 30, {2, 4}}), tensor("weight", w)},
+                 {T{4, 0, suspect ? 41u : 40u, {2, 3}}}));
+    // Backward: t of the transposed weight linear saved, a view no event returned.
+    const T wt{2, 1, suspect ? 51u : 50u, {4, 3}, DType::kFloat32, 0, {1, 4}};
+    r->add(0, op("aten::t", {tensor("self", wt)}, {T{2, 1, 60, {3, 4}}}, Phase::kBackward));
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->op == "aten::linear");
+  CHECK(d.by_suspect_id["3"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
+}
+
 TEST_CASE("origins with full tensors in both runs carry element-wise evidence") {
   TempDir dir;
   Run a, b;

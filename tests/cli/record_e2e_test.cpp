@@ -162,6 +162,15 @@ TEST_CASE("bad recorder flags, an unwritable output and a missing program fail b
   Result regex = record(tmp, tmp / "rec2", cpp_example(), {"--dump-ops", "(unclosed"});
   REQUIRE(regex.exit_code == 2);
 
+  // A declared knob is checked like a replay config: one line, nothing recorded.
+  for (const char* declared : {"tp=0", "no_such_knob=1"}) {
+    Result bad_declare = record(tmp, tmp / "rec5", cpp_example(), {"--declare", declared});
+    INFO(declared << ": " << bad_declare.err);
+    CHECK(bad_declare.exit_code == 2);
+    CHECK(std::count(bad_declare.err.begin(), bad_declare.err.end(), '\n') == 1);
+    CHECK_FALSE(std::filesystem::exists(tmp / "rec5"));
+  }
+
   opguard::testing::run({"touch", tmp / "file"}, tmp.path().string());
   Result unwritable = record(tmp, tmp / "file/rec", cpp_example());
   REQUIRE(unwritable.exit_code == 74);
