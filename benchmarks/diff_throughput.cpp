@@ -1,10 +1,19 @@
 // Diff throughput (issue: Diff, Benchmark): two synthetic recordings of N
 // events each (fingerprints only), identical and with 1% of events perturbed;
 // prints events aligned per second and the time of `diff_recordings` against
-// simply reading both event tables, measured in the same run.
+// simply reading both event tables (StepReader: every column read and
+// validated, as the diff reads them), measured in the same run.
 //
-//   opguard_diff_throughput [--events N] [--steps S] [--dir D]
+//   opguard_diff_throughput [--events N] [--steps S] [--repeats R] [--dir D] [--keep]
+//
+// Read and diff are each timed R times (default 3), back to back, and the
+// median is printed (the machine may be shared). --keep leaves the recordings
+// under D and reuses them when D already holds them (to profile the diff
+// alone: perf record ... --keep, twice).
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +21,8 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "opguard/bisect/diff.h"
 #include "opguard/formats/recording.h"
@@ -81,6 +92,14 @@ void write_run(const std::string& dir, int64_t events, int steps, int64_t pertur
   }
 }
 
+// CPU seconds (user + system) of every thread of this process so far.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -90,7 +109,7 @@ double read_both(const std::string& a, const std::string& b) {
   std::size_t n = 0;
   for (const auto& dir : {a, b})
     for (const auto& r : formats::scan_recording(dir).ranks)
-      for (const auto& [step, path] : r.steps) n += formats::StepReader(path).events().size();
+      for (const auto& [step, path] : r.steps) n += formats::StepReader(path).event_count();
   const double s = seconds_since(t0);
   if (n == 0) std::abort();
   return s;
@@ -101,31 +120,56 @@ double read_both(const std::string& a, const std::string& b) {
 int main(int argc, char** argv) {
   int64_t events = 1'000'000;
   int steps = 10;
+  int repeats = 3;
+  bool keep = false;
   std::string dir = (std::filesystem::temp_directory_path() / "opguard_diff_bench").string();
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--events")) events = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--keep")) keep = true;
+    else if (i + 1 >= argc) break;
+    else if (!std::strcmp(argv[i], "--events")) events = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--dir")) dir = argv[++i];
   }
-  std::filesystem::remove_all(dir);
-  std::printf("writing 3 synthetic recordings of %lld events in %d steps under %s\n", static_cast<long long>(events),
-              steps, dir.c_str());
-  write_run(dir + "/ref", events, steps, 0);
-  write_run(dir + "/same", events, steps, 0);
-  write_run(dir + "/perturbed", events, steps, 100);
-  std::printf("%-12s %10s %10s %14s %12s\n", "suspect", "read s", "diff s", "events/s", "diff/read");
+  if (keep && std::filesystem::exists(dir + "/perturbed")) {
+    std::printf("reusing the recordings under %s (--keep)\n", dir.c_str());
+  } else {
+    std::filesystem::remove_all(dir);
+    std::printf("writing 3 synthetic recordings of %lld events in %d steps under %s\n",
+                static_cast<long long>(events), steps, dir.c_str());
+    for (const auto& [name, perturb_every] : {std::pair{"ref", 0}, {"same", 0}, {"perturbed", 100}}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      write_run(dir + "/" + name, events, steps, perturb_every);
+      const double s = seconds_since(t0);
+      std::printf("  %-10s written in %.2f s (%.0f events/s, StepWriter and building the events)\n", name, s,
+                  static_cast<double>(events) / s);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%-12s %10s %10s %14s %12s %12s   (median of %d)\n", "suspect", "read s", "diff s", "events/s",
+              "diff/read", "diff cpu s", repeats);
   for (const char* suspect : {"same", "perturbed"}) {
     const std::string s = dir + "/" + suspect;
     // Warm the page cache once, then time read and diff back to back.
     read_both(dir + "/ref", s);
-    const double read = read_both(dir + "/ref", s);
-    const auto t0 = std::chrono::steady_clock::now();
-    const bisect::DiffReport report = bisect::diff_recordings(dir + "/ref", s, {});
-    const double diff = seconds_since(t0);
-    std::printf("%-12s %10.2f %10.2f %14.0f %12.2f   (origins %lld, propagated %lld)\n", suspect, read, diff,
-                static_cast<double>(report.events_suspect) / diff, diff / read,
+    std::vector<double> reads, diffs, cpus;
+    bisect::DiffReport report;
+    for (int r = 0; r < repeats; ++r) {
+      reads.push_back(read_both(dir + "/ref", s));
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = cpu_seconds();
+      report = bisect::diff_recordings(dir + "/ref", s, {});
+      diffs.push_back(seconds_since(t0));
+      cpus.push_back(cpu_seconds() - c0);  // the diff reads on a helper thread: CPU time can exceed wall time
+    }
+    const double read = median(reads), diff = median(diffs);
+    std::printf("%-12s %10.3f %10.3f %14.0f %12.2f %12.3f   (origins %lld, propagated %lld)\n", suspect, read, diff,
+                static_cast<double>(report.events_suspect) / diff, diff / read, median(cpus),
                 static_cast<long long>(report.totals.counts[1]), static_cast<long long>(report.totals.counts[3]));
   }
-  std::filesystem::remove_all(dir);
+  if (!keep) std::filesystem::remove_all(dir);
   return 0;
 }

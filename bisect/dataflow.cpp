@@ -1,28 +1,63 @@
 #include "dataflow.h"
 
-#include <algorithm>
+#include "opguard/core/error.h"
 
 namespace opguard::bisect {
-namespace {
 
-// Views of one storage remembered between writes. A storage is rarely seen
-// through more than a handful of geometries (the tensor, its transpose, a few
-// reshapes); the oldest is forgotten first.
-constexpr std::size_t kMaxViews = 16;
+int64_t Dataflow::Index::find(uint64_t id) const {
+  if (keys_.empty()) return -1;
+  const std::size_t mask = keys_.size() - 1;
+  for (std::size_t i = slot(id);; i = (i + 1) & mask) {
+    if (keys_[i] == id) return values_[i];
+    if (keys_[i] == 0) return -1;
+  }
+}
 
-}  // namespace
+uint32_t Dataflow::Index::find_or_insert(uint64_t id, uint32_t fresh) {
+  if (2 * (used_ + 1) > keys_.size()) grow();  // at most half full: probes stay short
+  const std::size_t mask = keys_.size() - 1;
+  for (std::size_t i = slot(id);; i = (i + 1) & mask) {
+    if (keys_[i] == id) return values_[i];
+    if (keys_[i] == 0) {
+      keys_[i] = id;
+      values_[i] = fresh;
+      ++used_;
+      return fresh;
+    }
+  }
+}
 
-BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
-  auto it = storages_.find(m.storage_id);
-  if (m.storage_id == 0 || it == storages_.end()) return {BitsSource::kEnteredOutside, -1, true};
-  const Storage& s = it->second;
-  const uint64_t geometry = view_geometry(m);
-  const BitsState state = bits_state(m);
-  for (auto o = s.seen.rbegin(); o != s.seen.rend(); ++o) {
-    if (o->geometry != geometry || o->version != m.version) continue;
-    const bool same_bits = o->state == state && (state != BitsState::kHashed || o->fingerprint == m.fingerprint);
-    if (!same_bits) return {BitsSource::kEnteredOutside, o->event};
-    return {o->differs ? BitsSource::kPropagated : BitsSource::kEnteredReference, o->event};
+void Dataflow::Index::grow() {
+  std::vector<uint64_t> keys = std::move(keys_);
+  std::vector<uint32_t> values = std::move(values_);
+  const std::size_t size = keys.empty() ? 1024 : 2 * keys.size();
+  keys_.assign(size, 0);
+  values_.assign(size, 0);
+  used_ = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] != 0) find_or_insert(keys[i], values[i]);
+}
+
+Dataflow::Storage& Dataflow::storage(uint64_t id) {
+  const uint32_t i = index_.find_or_insert(id, count_);
+  if (i == count_) {
+    OPGUARD_CHECK(count_ < UINT32_MAX);
+    if (count_ % kChunk == 0) chunks_.push_back(std::make_unique<Storage[]>(kChunk));
+    ++count_;
+  }
+  return chunks_[i / kChunk][i % kChunk];
+}
+
+BitsSource Dataflow::explain(const TensorBits& m) const {
+  const int64_t at = m.storage_id == 0 ? -1 : index_.find(m.storage_id);
+  if (at < 0) return {BitsSource::kEnteredOutside, -1, true};
+  const Storage& s = this->at(static_cast<uint32_t>(at));
+  for (std::size_t k = s.seen.size(); k-- > 0;) {
+    const Observation& o = s.seen[k];
+    if (o.geometry != m.geometry || o.version != m.version) continue;
+    const bool same_bits = o.state == m.state && (m.state != BitsState::kHashed || o.fingerprint == m.fingerprint);
+    if (!same_bits) return {BitsSource::kEnteredOutside, o.event};
+    return {o.differs ? BitsSource::kPropagated : BitsSource::kEnteredReference, o.event};
   }
   // Not seen through this view since the last write (a write through another
   // view, a reshape the recording did not show): the storage's history decides.
@@ -32,17 +67,16 @@ BitsSource Dataflow::explain(const formats::TensorMeta& m) const {
   return entered;
 }
 
-Provenance Dataflow::provenance(const formats::TensorMeta& m) const {
-  auto it = storages_.find(m.storage_id);
-  if (m.storage_id == 0 || it == storages_.end()) return {};
-  const Storage& s = it->second;
-  const uint64_t geometry = view_geometry(m);
-  const BitsState state = bits_state(m);
-  for (auto o = s.seen.rbegin(); o != s.seen.rend(); ++o) {
-    if (o->geometry != geometry || o->version != m.version) continue;
-    const bool same_bits = o->state == state && (state != BitsState::kHashed || o->fingerprint == m.fingerprint);
+Provenance Dataflow::provenance(const TensorBits& m) const {
+  const int64_t at = m.storage_id == 0 ? -1 : index_.find(m.storage_id);
+  if (at < 0) return {};
+  const Storage& s = this->at(static_cast<uint32_t>(at));
+  for (std::size_t k = s.seen.size(); k-- > 0;) {
+    const Observation& o = s.seen[k];
+    if (o.geometry != m.geometry || o.version != m.version) continue;
+    const bool same_bits = o.state == m.state && (m.state != BitsState::kHashed || o.fingerprint == m.fingerprint);
     if (!same_bits) return {};
-    return {true, o->differs, o->event};
+    return {true, o.differs, o.event};
   }
   // As explain(): a storage any divergent event wrote may hold its bits.
   if (s.last_divergent_writer >= 0) return {true, true, s.last_divergent_writer};
@@ -51,45 +85,43 @@ Provenance Dataflow::provenance(const formats::TensorMeta& m) const {
 }
 
 void Dataflow::add(Storage& s, const Observation& o) {
-  for (auto& seen : s.seen) {
-    if (seen.geometry == o.geometry && seen.version == o.version) {
-      seen = o;
+  for (std::size_t k = 0; k < s.seen.size(); ++k) {
+    if (s.seen[k].geometry == o.geometry && s.seen[k].version == o.version) {
+      s.seen[k] = o;
       return;
     }
   }
-  if (s.seen.size() >= kMaxViews) s.seen.erase(s.seen.begin());
+  if (s.seen.size() >= kMaxViews) s.seen.erase_oldest();
   s.seen.push_back(o);
 }
 
-void Dataflow::observe_input(const formats::TensorMeta& m, int32_t event, bool differs) {
+void Dataflow::observe_input(const TensorBits& m, int32_t event, bool differs) {
   if (m.storage_id == 0) return;
-  Storage& s = storages_[m.storage_id];
-  const uint64_t geometry = view_geometry(m);
-  const BitsState state = bits_state(m);
-  for (auto& seen : s.seen) {
-    if (seen.geometry != geometry || seen.version != m.version) continue;
+  Storage& s = storage(m.storage_id);
+  const Observation o{m.geometry, m.fingerprint, m.version, event, m.state, differs};
+  for (std::size_t k = 0; k < s.seen.size(); ++k) {
+    Observation& seen = s.seen[k];
+    if (seen.geometry != m.geometry || seen.version != m.version) continue;
     // The first observer of these bits stays; bits that changed without an
     // operator make this event their first observer.
-    if (seen.state != state || (state == BitsState::kHashed && seen.fingerprint != m.fingerprint))
-      seen = {geometry, m.version, state, m.fingerprint, differs, event};
+    if (seen.state != m.state || (m.state == BitsState::kHashed && seen.fingerprint != m.fingerprint)) seen = o;
     return;
   }
-  add(s, {geometry, m.version, state, m.fingerprint, differs, event});
+  add(s, o);
 }
 
-void Dataflow::record_write(const formats::TensorMeta& m, int32_t event, bool differs, bool bits_known) {
+void Dataflow::record_write(const TensorBits& m, int32_t event, bool differs, bool bits_known) {
   if (m.storage_id == 0) return;
-  Storage& s = storages_[m.storage_id];
+  Storage& s = storage(m.storage_id);
   s.seen.clear();
   s.last_writer = event;
   if (differs) s.last_divergent_writer = event;
-  if (bits_known) s.seen.push_back({view_geometry(m), m.version, bits_state(m), m.fingerprint, differs, event});
+  if (bits_known) s.seen.push_back({m.geometry, m.fingerprint, m.version, event, m.state, differs});
 }
 
-void Dataflow::record_alias(const formats::TensorMeta& m, int32_t event, bool differs) {
+void Dataflow::record_alias(const TensorBits& m, int32_t event, bool differs) {
   if (m.storage_id == 0) return;
-  Storage& s = storages_[m.storage_id];
-  add(s, {view_geometry(m), m.version, bits_state(m), m.fingerprint, differs, event});
+  add(storage(m.storage_id), {m.geometry, m.fingerprint, m.version, event, m.state, differs});
 }
 
 }  // namespace opguard::bisect

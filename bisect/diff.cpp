@@ -1,16 +1,22 @@
 // opguard diff: read two recordings step by step, align each (rank, step,
 // phase) by signature, classify every aligned pair in the suspect's execution
 // order while tracking where each tensor's bits came from (dataflow.h), and
-// collect the evidence for the divergence sources. Memory holds one step of
-// each run at a time plus the dataflow state.
+// collect the evidence for the divergence sources. Memory holds two steps of
+// each run at a time (the one compared, the next one being read) plus the
+// dataflow state.
 
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -66,60 +72,165 @@ std::string value_text(const Value& v) {
   return v.text;
 }
 
-bool tensors_equal(const TensorMeta& a, const TensorMeta& b) {
-  if (a.dtype != b.dtype || a.sizes != b.sizes) return false;
-  const BitsState sa = bits_state(a), sb = bits_state(b);
-  if (sa != sb) return false;
-  return sa != BitsState::kHashed || a.fingerprint == b.fingerprint;
-}
-
-bool values_equal(const Value& a, const Value& b) {
-  if (a.kind != b.kind) return false;
-  if (formats::carries_tensor(a.kind)) return tensors_equal(a.tensor, b.tensor);
-  if (a.kind == ValueKind::kTensorList) return a.list_len == b.list_len;
-  return a.text == b.text;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
+bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The diff's own string pool: every string of every step file it reads gets an
+// id, equal for equal strings across files, so that comparing ops, scopes and
+// non-tensor values is comparing integers. Strings are kept for the report.
+class StringPool {
+ public:
+  int32_t intern(std::string_view s) {
+    auto it = index_.find(s);
+    if (it != index_.end()) return it->second;
+    OPGUARD_CHECK(strings_.size() < INT32_MAX);
+    const auto id = static_cast<int32_t>(strings_.size());
+    strings_.emplace_back(s);  // a deque: earlier strings, and the views into them, stay put
+    index_.emplace(strings_.back(), id);
+    return id;
+  }
+  const std::string& operator[](int32_t id) const { return strings_[static_cast<std::size_t>(id)]; }
+
+ private:
+  std::deque<std::string> strings_;
+  std::unordered_map<std::string_view, int32_t> index_;
+};
+
+// One step file of one run as the diff reads it: the reader's validated columns
+// (no Event objects on the hot path), each of the file's strings as a pool id,
+// and the view geometry of each tensor value (computed by load_step).
+struct StepEvents {
+  const StepReader* reader = nullptr;
+  const formats::StepColumns* c = nullptr;
+  const uint64_t* geometry = nullptr;  // by value row
+  std::vector<int32_t> ids;            // string table row -> StringPool id
+
+  StepEvents(const StepReader* r, const std::vector<uint64_t>& geometry_by_row, StringPool& pool)
+      : reader(r), c(r ? &r->columns() : nullptr), geometry(geometry_by_row.data()) {
+    if (!c) return;
+    ids.resize(c->string_count());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = pool.intern(c->string(static_cast<uint32_t>(i)));
+  }
+  std::size_t size() const { return c ? c->events.size() : 0; }
+  formats::Phase phase(std::size_t i) const { return static_cast<formats::Phase>(c->events.phase[i]); }
+  int32_t op(std::size_t i) const { return ids[c->events.op[i]]; }
+  int32_t overload(std::size_t i) const { return ids[c->events.overload[i]]; }
+  int32_t scope(std::size_t i) const { return ids[c->events.scope[i]]; }
+  // Value rows of event i: inputs [first_input, first_output), outputs [first_output, end).
+  std::size_t first_input(std::size_t i) const { return c->events.value_begin[i]; }
+  std::size_t first_output(std::size_t i) const { return first_input(i) + c->events.n_inputs[i]; }
+  std::size_t end(std::size_t i) const { return first_output(i) + c->events.n_outputs[i]; }
+  ValueKind kind(std::size_t r) const { return static_cast<ValueKind>(c->values.kind[r]); }
+  const int64_t* sizes(std::size_t r) const { return c->dims.data() + c->values.dims_offset[r]; }
+  TensorBits bits(std::size_t r) const {
+    const auto& v = c->values;
+    return {v.storage_id[r], geometry[r], v.version[r], formats::bits_state(v.flags[r]), v.fingerprint[r]};
+  }
+};
+
+// Row ra of A and row rb of B: equal kind, and equal bits (tensors: dtype,
+// shape, bits state and fingerprint), list length or value text.
+bool values_equal(const StepEvents& A, std::size_t ra, const StepEvents& B, std::size_t rb) {
+  const auto& va = A.c->values;
+  const auto& vb = B.c->values;
+  if (va.kind[ra] != vb.kind[rb]) return false;
+  const ValueKind kind = A.kind(ra);
+  if (formats::carries_tensor(kind)) {
+    if (va.dtype[ra] != vb.dtype[rb] || va.ndim[ra] != vb.ndim[rb]) return false;
+    if (!std::equal(A.sizes(ra), A.sizes(ra) + va.ndim[ra], B.sizes(rb))) return false;
+    const BitsState sa = formats::bits_state(va.flags[ra]), sb = formats::bits_state(vb.flags[rb]);
+    if (sa != sb) return false;
+    return sa != BitsState::kHashed || va.fingerprint[ra] == vb.fingerprint[rb];
+  }
+  if (kind == ValueKind::kTensorList) return va.list_len[ra] == vb.list_len[rb];
+  return A.ids[va.text[ra]] == B.ids[vb.text[rb]];
 }
 
 // An argument the op only writes (out=): its old bits are not read, so they do
 // not take part in the comparison of inputs.
-bool is_write_only(const Event& e, const Value& v) {
-  return v.mutated && (v.name == "out" || e.overload == "out" || ends_with(e.overload, "_out"));
+bool is_write_only(const StepEvents& s, std::size_t event, std::size_t r, const StringPool& pool) {
+  if (!s.c->values.mutated[r]) return false;
+  const std::string& overload = pool[s.overload(event)];
+  return s.c->string(s.c->values.name[r]) == "out" || overload == "out" || ends_with(overload, "_out");
 }
 
 // The alignment signature (DESIGN.md, Rule 3): op, overload, scope and the
 // structure of every value (kind; dtype and shape of tensors), never their bits
-// or non-tensor values, so that a changed argument still aligns.
-uint64_t signature(const Event& e, std::string& buf) {
-  buf.clear();
-  auto add = [&](const void* p, std::size_t n) { buf.append(static_cast<const char*>(p), n); };
-  auto add_string = [&](const std::string& s) { add(s.c_str(), s.size() + 1); };
-  add_string(e.op);
-  add_string(e.overload);
-  add_string(e.scope);
-  auto add_values = [&](const std::vector<Value>& values) {
-    const uint64_t n = values.size();
-    add(&n, sizeof(n));
-    for (const auto& v : values) {
-      const uint8_t kind = static_cast<uint8_t>(v.kind);
-      add(&kind, 1);
-      if (formats::carries_tensor(v.kind)) {
-        const uint8_t dt = static_cast<uint8_t>(v.tensor.dtype);
-        add(&dt, 1);
-        const uint64_t nd = v.tensor.sizes.size();
-        add(&nd, sizeof(nd));
-        add(v.tensor.sizes.data(), nd * sizeof(int64_t));
-      } else if (v.kind == ValueKind::kTensorList) {
-        add(&v.list_len, sizeof(v.list_len));
+// or non-tensor values, so that a changed argument still aligns. Names enter
+// as hashes of their text (`string_hash`, per row of the string table): equal
+// across files without any shared state, so that the helper thread that reads
+// a step file computes its signatures too. `buf` is scratch, grown to the
+// largest event seen (no allocation per event).
+uint64_t signature(const formats::StepColumns& c, const std::vector<uint64_t>& string_hash, std::size_t i,
+                   std::vector<char>& buf) {
+  const auto& e = c.events;
+  const auto& v = c.values;
+  const std::size_t begin = e.value_begin[i], middle = begin + e.n_inputs[i], end = middle + e.n_outputs[i];
+  // 3 names and 2 counts, then per value at most kind, dtype, ndim, 255 sizes.
+  const std::size_t bound = 5 * 8 + (end - begin) * (3 + 8 * 255);
+  if (buf.size() < bound) buf.resize(bound);
+  char* p = buf.data();
+  auto put = [&](const void* src, std::size_t n) {
+    std::memcpy(p, src, n);
+    p += n;
+  };
+  const uint64_t names[3] = {string_hash[e.op[i]], string_hash[e.overload[i]], string_hash[e.scope[i]]};
+  put(names, sizeof(names));
+  auto put_values = [&](std::size_t first, std::size_t last) {
+    const uint64_t n = last - first;
+    put(&n, sizeof(n));
+    for (std::size_t r = first; r < last; ++r) {
+      const auto kind = static_cast<ValueKind>(v.kind[r]);
+      *p++ = static_cast<char>(v.kind[r]);
+      if (formats::carries_tensor(kind)) {
+        *p++ = static_cast<char>(v.dtype[r]);
+        *p++ = static_cast<char>(v.ndim[r]);
+        const int64_t* sizes = c.dims.data() + v.dims_offset[r];
+        for (uint8_t d = 0; d < v.ndim[r]; ++d) put(&sizes[d], sizeof(int64_t));  // fixed size: no memcpy call
+      } else if (kind == ValueKind::kTensorList) {
+        put(&v.list_len[r], sizeof(v.list_len[r]));
       }
     }
   };
-  add_values(e.inputs);
-  add_values(e.outputs);
-  return XXH3_64bits(buf.data(), buf.size());
+  put_values(begin, middle);
+  put_values(middle, end);
+  return XXH3_64bits(buf.data(), static_cast<std::size_t>(p - buf.data()));
+}
+
+// One step file read for the diff: its reader, its events' signatures and
+// the view geometry (formats::view_geometry) of its tensor values.
+struct LoadedStep {
+  std::unique_ptr<StepReader> reader;
+  std::vector<uint64_t> signatures;  // by event
+  std::vector<uint64_t> geometry;    // by value row, suspect only (the dataflow's run); 0 without a tensor
+};
+
+// Runs on a helper thread (Engine::run_rank): touches nothing shared but HDF5,
+// which serialises its own calls. No file: an empty LoadedStep.
+LoadedStep load_step(const std::string& path, bool with_geometry) {
+  LoadedStep s;
+  if (path.empty()) return s;
+  s.reader = std::make_unique<StepReader>(path);
+  const formats::StepColumns& c = s.reader->columns();
+  std::vector<uint64_t> string_hash(c.string_count());
+  for (std::size_t k = 0; k < string_hash.size(); ++k) {
+    const std::string_view text = c.string(static_cast<uint32_t>(k));
+    string_hash[k] = XXH3_64bits(text.data(), text.size());
+  }
+  std::vector<char> buf;
+  s.signatures.resize(c.events.size());
+  for (std::size_t i = 0; i < s.signatures.size(); ++i) s.signatures[i] = signature(c, string_hash, i, buf);
+  if (!with_geometry) return s;
+  const auto& v = c.values;
+  s.geometry.assign(v.size(), 0);
+  for (std::size_t r = 0; r < v.size(); ++r) {
+    if (!formats::carries_tensor(static_cast<ValueKind>(v.kind[r]))) continue;
+    const int64_t* d = c.dims.data() + v.dims_offset[r];
+    s.geometry[r] = formats::view_geometry(static_cast<DType>(v.dtype[r]), v.storage_offset[r], d, d + v.ndim[r],
+                                           v.ndim[r]);
+  }
+  return s;
 }
 
 // A suspect event of the dataflow table: what a later event names as the
@@ -128,7 +239,7 @@ struct FlowEvent {
   uint64_t id = 0;
   std::optional<uint64_t> reference_id;
   int64_t step = 0;
-  int32_t op = 0;  // index into Engine::op_names_
+  int32_t op = 0;    // StringPool id
   int32_t gap = -1;  // unmatched events: their gap (RankState::gaps)
 };
 
@@ -148,27 +259,31 @@ struct Gap {
   // inputs, so it is not a source.
   bool tainted = false;
   bool reported = false;
-  void add(const Event& e, bool reference) {
+  void add(const StepEvents& s, std::size_t i, const StringPool& pool, bool reference) {
+    const auto& e = s.c->events;
     auto& ids = reference ? region.reference_ids : region.suspect_ids;
     auto& ops = reference ? region.reference_ops : region.suspect_ops;
     auto& count = reference ? region.reference_events : region.suspect_events;
+    const std::string& op = pool[s.op(i)];
+    const std::string& overload = pool[s.overload(i)];
     if (count == 0) {
       if (reference) {
-        reference_op = e.op, reference_overload = e.overload, reference_scope = e.scope, reference_id = e.id;
+        reference_op = op, reference_overload = overload, reference_scope = pool[s.scope(i)], reference_id = e.id[i];
       } else {
-        suspect_scope = e.scope, suspect_id = e.id, t_start_ns = e.t_start_ns, t_end_ns = e.t_end_ns;
-        stream = e.stream;
+        suspect_scope = pool[s.scope(i)], suspect_id = e.id[i], t_start_ns = e.t_start_ns[i], t_end_ns = e.t_end_ns[i];
+        stream = e.stream[i];
       }
     }
     ++count;
     if (ids.size() < UnmatchedRegion::kMaxRegionEvents) {
-      ids.push_back(formats::event_id_string(e.id));
-      ops.push_back(e.overload.empty() ? e.op : e.op + "." + e.overload);
+      ids.push_back(formats::event_id_string(e.id[i]));
+      ops.push_back(overload.empty() ? op : op + "." + overload);
     }
   }
 };
 
-// The comparison of one aligned pair, value by value.
+// The comparison of one aligned pair, value by value. One object is reused for
+// every pair (no allocation per event).
 struct PairComparison {
   std::vector<char> input_differs, output_differs;
   bool tensor_input_differs = false;
@@ -176,33 +291,34 @@ struct PairComparison {
   bool outputs_differ = false;
 };
 
-PairComparison compare_pair(const Event& a, const Event& b) {
-  PairComparison c;
-  c.input_differs.assign(b.inputs.size(), 0);
-  c.output_differs.assign(b.outputs.size(), 0);
-  for (std::size_t k = 0; k < b.inputs.size(); ++k) {
-    const Value& vb = b.inputs[k];
-    if (k >= a.inputs.size()) {
+void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::size_t b, const StringPool& pool,
+                  PairComparison& c) {
+  const std::size_t a_in = A.first_input(a), a_n_in = A.first_output(a) - a_in;
+  const std::size_t a_out = A.first_output(a), a_n_out = A.end(a) - a_out;
+  const std::size_t b_in = B.first_input(b), b_n_in = B.first_output(b) - b_in;
+  const std::size_t b_out = B.first_output(b), b_n_out = B.end(b) - b_out;
+  c.input_differs.assign(b_n_in, 0);
+  c.output_differs.assign(b_n_out, 0);
+  c.tensor_input_differs = c.argument_differs = c.outputs_differ = false;
+  for (std::size_t k = 0; k < b_n_in; ++k) {
+    if (k >= a_n_in) {
       c.input_differs[k] = 1;
       c.argument_differs = true;
       continue;
     }
-    const Value& va = a.inputs[k];
-    if (vb.kind == ValueKind::kTensor && is_write_only(b, vb)) continue;
-    if (values_equal(va, vb)) continue;
+    if (B.kind(b_in + k) == ValueKind::kTensor && is_write_only(B, b, b_in + k, pool)) continue;
+    if (values_equal(A, a_in + k, B, b_in + k)) continue;
     c.input_differs[k] = 1;
-    if (va.kind == ValueKind::kTensor && vb.kind == ValueKind::kTensor) c.tensor_input_differs = true;
+    if (A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor) c.tensor_input_differs = true;
     else c.argument_differs = true;
   }
-  for (std::size_t k = 0; k < b.outputs.size(); ++k) {
-    if (k < a.outputs.size() && values_equal(a.outputs[k], b.outputs[k])) continue;
+  for (std::size_t k = 0; k < b_n_out; ++k) {
+    if (k < a_n_out && values_equal(A, a_out + k, B, b_out + k)) continue;
     c.output_differs[k] = 1;
     c.outputs_differ = true;
   }
-  if (a.outputs.size() != b.outputs.size()) c.outputs_differ = true;
-  return c;
+  if (a_n_out != b_n_out) c.outputs_differ = true;
 }
-
 
 struct Side {
   std::string dir;
@@ -242,8 +358,8 @@ struct RankState {
     int32_t last = -1;
     int32_t last_divergent = -1;
   };
-  std::unordered_map<std::string, ScopeProducers> forward_by_scope;
-  std::vector<Gap> gaps;              // every gap of the alignment so far
+  std::unordered_map<int32_t, ScopeProducers> forward_by_scope;  // by StringPool id of the scope
+  std::vector<Gap> gaps;                // every gap of the alignment so far
   std::vector<int32_t> gap_of_suspect;  // this step: the gap of each suspect event, -1 when aligned
 };
 
@@ -258,22 +374,22 @@ class Engine {
   void finish();
 
  private:
-  void diff_step(RankState& rs, int64_t step, const StepReader* ref, const StepReader* sus, bool in_range);
-  void classify(RankState& rs, const StepReader* ref, const StepReader* sus, const Event* a, const Event& b,
-                bool in_range, PhaseSummary& summary, const std::vector<Event>& sus_events,
-                const std::vector<int32_t>& order, std::size_t position);
-  bool replicated(const Event& e) const;
-  void mark_unmatched(RankState& rs, const Event& b, int32_t self, int32_t suspect_index) const;
-  void report_gap(RankState& rs, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
+  void diff_step(RankState& rs, int64_t step, const LoadedStep& ref, const LoadedStep& sus, bool in_range);
+  // Suspect event b (of `se`) and its aligned reference event a (of `re`), or a = -1.
+  void classify(RankState& rs, const StepEvents& re, const StepEvents& se, int32_t a, std::size_t b, bool in_range,
+                PhaseSummary& summary, const std::vector<int32_t>& order, std::size_t position);
+  bool replicated(const StepEvents& s, std::size_t i) const;
+  void mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, int32_t self) const;
+  void report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
                   int32_t gap, int input);
   void add_found(RankState& rs, DivergentEvent d) const;
-  int32_t intern_op(const std::string& op);
+  void add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t reference_id, uint64_t suspect_id) const;
+  bool collective(int32_t op) const { return pool_[op].rfind("c10d::", 0) == 0; }
   DivergentEvent describe(const RankState& rs, const Event* a, const Event* b, EventClass cls,
                           const PairComparison* cmp, int64_t call_index) const;
   void add_evidence(DivergentEvent& d, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
                     bool output, std::size_t position) const;
   std::string rerecord_command(const Side& side, int rank, uint64_t id) const;
-  void add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t reference_id, uint64_t suspect_id) const;
   PhaseSummary& summary(int rank, int64_t step, formats::Phase phase);
 
   const Side& ref_;
@@ -281,23 +397,13 @@ class Engine {
   const DiffOptions& options_;
   DiffReport& report_;
   bool ranks_mode_;
-  std::vector<std::string> op_names_;
-  std::unordered_map<std::string, int32_t> op_index_;
+  StringPool pool_;
   std::map<std::tuple<int, int64_t, int>, PhaseSummary> summaries_;
   std::vector<DivergentEvent> found_;
   std::vector<DivergentEvent> unmatched_;
   std::unique_ptr<TraceLog> trace_;
-  std::string signature_buffer_;
+  PairComparison cmp_;  // the pair being classified
 };
-
-int32_t Engine::intern_op(const std::string& op) {
-  auto it = op_index_.find(op);
-  if (it != op_index_.end()) return it->second;
-  const int32_t i = static_cast<int32_t>(op_names_.size());
-  op_names_.push_back(op);
-  op_index_.emplace(op, i);
-  return i;
-}
 
 PhaseSummary& Engine::summary(int rank, int64_t step, formats::Phase phase) {
   auto [it, inserted] = summaries_.try_emplace({rank, step, static_cast<int>(phase)});
@@ -312,76 +418,9 @@ PhaseSummary& Engine::summary(int rank, int64_t step, formats::Phase phase) {
 // Cross-rank mode compares what data-parallel replicas must agree on: the
 // optimizer (it updates replicated parameters from all-reduced gradients) and
 // the outputs of collectives.
-bool Engine::replicated(const Event& e) const {
+bool Engine::replicated(const StepEvents& s, std::size_t i) const {
   if (!ranks_mode_) return true;
-  return e.phase == formats::Phase::kOptimizer || e.op.rfind("c10d::", 0) == 0;
-}
-
-// A gap stays a candidate source while every tensor its events read carries
-// bits equal to the reference's (made by an event whose outputs were equal in
-// both runs) or made inside the gap. Bits of unknown provenance (never
-// produced in the recording, changed outside the dispatcher) taint it too: a
-// gap is named as a source only on evidence.
-void Engine::mark_unmatched(RankState& rs, const Event& b, int32_t self, int32_t suspect_index) const {
-  const int32_t gap = rs.gap_of_suspect[suspect_index];
-  rs.events[self].gap = gap;
-  if (gap < 0) return;
-  Gap& g = rs.gaps[gap];
-  for (const Value& v : b.inputs) {
-    if (g.tainted) break;
-    if (v.kind != ValueKind::kTensor || is_write_only(b, v)) continue;
-    const Provenance p = rs.flow.provenance(v.tensor);
-    g.tainted = !p.known || (p.differs && (p.event < 0 || rs.events[p.event].gap != gap));
-  }
-}
-
-void Engine::add_found(RankState& rs, DivergentEvent d) const {
-  const std::size_t keep = static_cast<std::size_t>(std::max(1, options_.max_origins));
-  rs.found.push_back(std::move(d));
-  // Gaps are found where their result is read, after later events may have
-  // been listed: keep execution order.
-  std::stable_sort(rs.found.begin(), rs.found.end(), [](const DivergentEvent& x, const DivergentEvent& y) {
-    return std::tie(x.step, x.t_start_ns) < std::tie(y.step, y.t_start_ns);
-  });
-  if (rs.found.size() > keep) rs.found.pop_back();
-}
-
-void Engine::report_gap(RankState& rs, const StepReader* ref, const StepReader* sus, const Event& a, const Event& b,
-                        int32_t gap_index, int input) {
-  Gap& g = rs.gaps[gap_index];
-  if (g.reported) return;
-  g.reported = true;
-  DivergentEvent d;
-  d.cls = EventClass::kOrigin;
-  d.rank = rs.suspect_rank;
-  d.reference_rank = rs.reference_rank;
-  d.step = g.step;
-  d.phase = formats::phase_name(g.phase);
-  const bool one_reference_op = g.region.reference_events == 1;
-  d.op = one_reference_op ? g.reference_op : g.region.suspect_ops.empty() ? b.op : g.region.suspect_ops.front();
-  d.overload = one_reference_op ? g.reference_overload : "";
-  d.scope = one_reference_op ? g.reference_scope : g.suspect_id ? g.suspect_scope : b.scope;
-  if (one_reference_op) d.reference_id = formats::event_id_string(*g.reference_id);
-  const uint64_t shown = g.suspect_id.value_or(b.id);
-  d.suspect_id = formats::event_id_string(shown);
-  d.stream = g.suspect_id ? g.stream : b.stream;
-  d.t_start_ns = g.suspect_id ? g.t_start_ns : b.t_start_ns;
-  d.t_end_ns = g.suspect_id ? g.t_end_ns : b.t_end_ns;
-  d.outputs_differ = true;
-  UnmatchedRegion r = g.region;
-  r.consumer_id = formats::event_id_string(b.id);
-  r.consumer_op = b.overload.empty() ? b.op : b.op + "." + b.overload;
-  r.consumer_input = input;
-  r.reference_bits = value_text(a.inputs[input]);
-  r.suspect_bits = value_text(b.inputs[input]);
-  d.region = std::move(r);
-  d.show_command = fmt::format("{} show {} --event {}{}", options_.opguard_command, shell_quote(sus_.dir),
-                               formats::event_id_string(shown),
-                               rs.suspect_rank != 0 ? fmt::format(" --rank {}", rs.suspect_rank) : "");
-  // The differing result as its reader saw it in both runs.
-  add_evidence(d, ref, sus, a, b, false, static_cast<std::size_t>(input));
-  if (!d.evidence_note.empty()) add_rerecord(rs, d, g.reference_id.value_or(a.id), shown);
-  add_found(rs, std::move(d));
+  return s.phase(i) == formats::Phase::kOptimizer || collective(s.op(i));
 }
 
 std::string Engine::rerecord_command(const Side& side, int rank, uint64_t id) const {
@@ -400,6 +439,74 @@ void Engine::add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t refer
     d.evidence_note += " (the manifests hold no record command: re-run the programs under opguard record "
                        "--dump-around ID)";
   d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
+}
+
+// A gap stays a candidate source while every tensor its events read carries
+// bits equal to the reference's (made by an event whose outputs were equal in
+// both runs) or made inside the gap. Bits of unknown provenance (never
+// produced in the recording, changed outside the dispatcher) taint it too: a
+// gap is named as a source only on evidence.
+void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, int32_t self) const {
+  const int32_t gap = rs.gap_of_suspect[b];
+  rs.events[static_cast<std::size_t>(self)].gap = gap;
+  if (gap < 0) return;
+  Gap& g = rs.gaps[static_cast<std::size_t>(gap)];
+  for (std::size_t r = se.first_input(b); r < se.first_output(b) && !g.tainted; ++r) {
+    if (se.kind(r) != ValueKind::kTensor || is_write_only(se, b, r, pool_)) continue;
+    const Provenance p = rs.flow.provenance(se.bits(r));
+    g.tainted = !p.known || (p.differs && (p.event < 0 || rs.events[static_cast<std::size_t>(p.event)].gap != gap));
+  }
+}
+
+void Engine::add_found(RankState& rs, DivergentEvent d) const {
+  const std::size_t keep = static_cast<std::size_t>(std::max(1, options_.max_origins));
+  rs.found.push_back(std::move(d));
+  // Gaps are found where their result is read, after later events may have
+  // been listed: keep execution order.
+  std::stable_sort(rs.found.begin(), rs.found.end(), [](const DivergentEvent& x, const DivergentEvent& y) {
+    return std::tie(x.step, x.t_start_ns) < std::tie(y.step, y.t_start_ns);
+  });
+  if (rs.found.size() > keep) rs.found.pop_back();
+}
+
+void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
+                        int32_t gap_index, int input) {
+  Gap& g = rs.gaps[static_cast<std::size_t>(gap_index)];
+  if (g.reported) return;
+  g.reported = true;
+  const Event ea = re.reader->event(a);
+  const Event eb = se.reader->event(b);
+  DivergentEvent d;
+  d.cls = EventClass::kOrigin;
+  d.rank = rs.suspect_rank;
+  d.reference_rank = rs.reference_rank;
+  d.step = g.step;
+  d.phase = formats::phase_name(g.phase);
+  const bool one_reference_op = g.region.reference_events == 1;
+  d.op = one_reference_op ? g.reference_op : g.region.suspect_ops.empty() ? eb.op : g.region.suspect_ops.front();
+  d.overload = one_reference_op ? g.reference_overload : "";
+  d.scope = one_reference_op ? g.reference_scope : g.suspect_id ? g.suspect_scope : eb.scope;
+  if (one_reference_op) d.reference_id = formats::event_id_string(*g.reference_id);
+  const uint64_t shown = g.suspect_id.value_or(eb.id);
+  d.suspect_id = formats::event_id_string(shown);
+  d.stream = g.suspect_id ? g.stream : eb.stream;
+  d.t_start_ns = g.suspect_id ? g.t_start_ns : eb.t_start_ns;
+  d.t_end_ns = g.suspect_id ? g.t_end_ns : eb.t_end_ns;
+  d.outputs_differ = true;
+  UnmatchedRegion r = g.region;
+  r.consumer_id = formats::event_id_string(eb.id);
+  r.consumer_op = eb.overload.empty() ? eb.op : eb.op + "." + eb.overload;
+  r.consumer_input = input;
+  r.reference_bits = value_text(ea.inputs[static_cast<std::size_t>(input)]);
+  r.suspect_bits = value_text(eb.inputs[static_cast<std::size_t>(input)]);
+  d.region = std::move(r);
+  d.show_command = fmt::format("{} show {} --event {}{}", options_.opguard_command, shell_quote(sus_.dir),
+                               formats::event_id_string(shown),
+                               rs.suspect_rank != 0 ? fmt::format(" --rank {}", rs.suspect_rank) : "");
+  // The differing result as its reader saw it in both runs.
+  add_evidence(d, re.reader, se.reader, ea, eb, false, static_cast<std::size_t>(input));
+  if (!d.evidence_note.empty()) add_rerecord(rs, d, g.reference_id.value_or(ea.id), shown);
+  add_found(rs, std::move(d));
 }
 
 void Engine::add_evidence(DivergentEvent& d, const StepReader* ref, const StepReader* sus, const Event& a,
@@ -481,30 +588,37 @@ DivergentEvent Engine::describe(const RankState& rs, const Event* a, const Event
   return d;
 }
 
-void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* sus, const Event* a, const Event& b,
-                      bool in_range, PhaseSummary& sum, const std::vector<Event>& sus_events,
-                      const std::vector<int32_t>& order, std::size_t position) {
+void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se, int32_t a, std::size_t b,
+                      bool in_range, PhaseSummary& sum, const std::vector<int32_t>& order, std::size_t position) {
+  const formats::StepColumns::Events& ev = se.c->events;
+  const formats::StepColumns::Values& val = se.c->values;
   const int32_t self = static_cast<int32_t>(rs.events.size());
+  const int32_t op = se.op(b);
+  const formats::Phase phase = se.phase(b);
   FlowEvent fe;
-  fe.id = b.id;
-  if (a) fe.reference_id = a->id;
-  fe.step = b.step;
-  fe.op = intern_op(b.op);
+  fe.id = ev.id[b];
+  if (a >= 0) fe.reference_id = re.c->events.id[a];
+  fe.step = ev.step[b];
+  fe.op = op;
   rs.events.push_back(fe);
 
+  const std::size_t in_begin = se.first_input(b), out_begin = se.first_output(b), end = se.end(b);
+  const std::size_t n_in = out_begin - in_begin;
+  auto is_tensor = [&](std::size_t r) { return se.kind(r) == ValueKind::kTensor; };
+
   EventClass cls = EventClass::kUnmatched;
-  PairComparison cmp;
+  PairComparison& cmp = cmp_;
   BitsSource source;
   int source_input = -1;
-  const bool compared = a != nullptr && replicated(b);
-  if (a == nullptr) mark_unmatched(rs, b, self, order[position]);
+  const bool compared = a >= 0 && replicated(se, b);
+  if (a < 0) mark_unmatched(rs, se, b, self);
   // Differing inputs whose bits a clean gap made: that gap is a source.
-  std::vector<std::pair<int32_t, int>> gap_sources;  // (gap, input position)
-  if (a != nullptr) {
-    cmp = compare_pair(*a, b);
+  std::vector<std::pair<int32_t, int>> gap_sources;  // (gap, input position); empty on the hot path
+  if (a >= 0) {
+    compare_pair(re, static_cast<std::size_t>(a), se, b, pool_, cmp);
     if (!compared) {
       cls = EventClass::kSame;  // not compared (cross-rank mode): counted apart
-    } else if (ranks_mode_ && b.op.rfind("c10d::", 0) == 0) {
+    } else if (ranks_mode_ && collective(op)) {
       // A collective's inputs differ across ranks by design; its outputs must not.
       cls = cmp.outputs_differ ? EventClass::kOrigin : EventClass::kSame;
     } else if (cmp.tensor_input_differs) {
@@ -512,21 +626,22 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
       bool any_entered = false;
       BitsSource first_propagated;
       int first_propagated_input = -1;
-      for (std::size_t k = 0; k < b.inputs.size(); ++k) {
-        if (!cmp.input_differs[k] || b.inputs[k].kind != ValueKind::kTensor) continue;
-        BitsSource s = rs.flow.explain(b.inputs[k].tensor);
+      for (std::size_t k = 0; k < n_in; ++k) {
+        if (!cmp.input_differs[k] || !is_tensor(in_begin + k)) continue;
+        BitsSource s = rs.flow.explain(se.bits(in_begin + k));
         // A backward op reads what its forward op saved: a tensor, or a view
         // of one, that no event returned. The forward events of its scope made it.
-        if ((s.unseen || s.view_unseen) && b.phase == formats::Phase::kBackward) {
-          auto it = rs.forward_by_scope.find(b.scope);
+        if ((s.unseen || s.view_unseen) && phase == formats::Phase::kBackward) {
+          auto it = rs.forward_by_scope.find(se.scope(b));
           if (it != rs.forward_by_scope.end()) {
             s.kind = it->second.last_divergent >= 0 ? BitsSource::kPropagated : BitsSource::kEnteredOutside;
             s.event = it->second.last_divergent >= 0 ? it->second.last_divergent : it->second.last;
           }
         }
         if (s.kind == BitsSource::kPropagated) {
-          const int32_t gap = s.event >= 0 ? rs.events[s.event].gap : -1;
-          if (gap >= 0 && !rs.gaps[gap].tainted) gap_sources.emplace_back(gap, static_cast<int>(k));
+          const int32_t gap = s.event >= 0 ? rs.events[static_cast<std::size_t>(s.event)].gap : -1;
+          if (gap >= 0 && !rs.gaps[static_cast<std::size_t>(gap)].tainted)
+            gap_sources.emplace_back(gap, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;
@@ -550,57 +665,60 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
 
   // Dataflow: inputs first (they were read before the op wrote anything), then
   // what the op wrote.
-  const bool unmatched = a == nullptr;
-  for (std::size_t k = 0; k < b.inputs.size(); ++k) {
-    const Value& v = b.inputs[k];
-    if (v.kind != ValueKind::kTensor || v.tensor.storage_id == 0) continue;
-    rs.flow.observe_input(v.tensor, self, unmatched || (compared && cmp.input_differs[k]));
+  const bool unmatched = a < 0;
+  for (std::size_t k = 0; k < n_in; ++k) {
+    const std::size_t r = in_begin + k;
+    if (!is_tensor(r) || val.storage_id[r] == 0) continue;
+    rs.flow.observe_input(se.bits(r), self, unmatched || (compared && cmp.input_differs[k]));
   }
-  for (std::size_t k = 0; k < b.outputs.size(); ++k) {
-    const Value& v = b.outputs[k];
-    if (v.kind != ValueKind::kTensor || v.tensor.storage_id == 0) continue;
-    const bool differs = unmatched || (compared && cmp.output_differs[k]);
+  for (std::size_t r = out_begin; r < end; ++r) {
+    if (!is_tensor(r) || val.storage_id[r] == 0) continue;
+    const bool differs = unmatched || (compared && cmp.output_differs[r - out_begin]);
     bool aliases_input = false, writes_input = false;
-    for (const auto& in : b.inputs) {
-      if (in.kind != ValueKind::kTensor || in.tensor.storage_id != v.tensor.storage_id) continue;
+    for (std::size_t q = in_begin; q < out_begin; ++q) {
+      if (!is_tensor(q) || val.storage_id[q] != val.storage_id[r]) continue;
       aliases_input = true;
-      writes_input = writes_input || in.mutated;
+      writes_input = writes_input || val.mutated[q];
     }
-    if (aliases_input && !writes_input) rs.flow.record_alias(v.tensor, self, differs);
-    else rs.flow.record_write(v.tensor, self, differs, true);
+    if (aliases_input && !writes_input) rs.flow.record_alias(se.bits(r), self, differs);
+    else rs.flow.record_write(se.bits(r), self, differs, true);
   }
   // Arguments the op wrote but did not return: their new bits are unknown.
-  for (const auto& in : b.inputs) {
-    if (in.kind != ValueKind::kTensor || !in.mutated || in.tensor.storage_id == 0) continue;
+  for (std::size_t q = in_begin; q < out_begin; ++q) {
+    if (!is_tensor(q) || !val.mutated[q] || val.storage_id[q] == 0) continue;
     bool returned = false;
-    for (const auto& out : b.outputs)
-      returned = returned || (out.kind == ValueKind::kTensor && out.tensor.storage_id == in.tensor.storage_id);
-    if (!returned) rs.flow.record_write(in.tensor, self, unmatched || cls != EventClass::kSame, false);
+    for (std::size_t r = out_begin; r < end; ++r) returned = returned || (is_tensor(r) && val.storage_id[r] == val.storage_id[q]);
+    if (!returned) rs.flow.record_write(se.bits(q), self, unmatched || cls != EventClass::kSame, false);
   }
 
-  if (b.phase == formats::Phase::kForward) {
-    auto& producers = rs.forward_by_scope[b.scope];
+  if (phase == formats::Phase::kForward) {
+    auto& producers = rs.forward_by_scope[se.scope(b)];
     producers.last = self;
     if (unmatched || (compared && cls != EventClass::kSame)) producers.last_divergent = self;
   }
 
+  // Event objects only off the hot path: for the trace, the event list and the
+  // events the report describes.
   if (trace_) {
-    const auto& outs = b.outputs;
+    const Event eb = se.reader->event(b);
+    const Event ea = a >= 0 ? re.reader->event(static_cast<std::size_t>(a)) : Event{};
     const TensorMeta* first_out = nullptr;
-    for (const auto& o : outs)
+    for (const auto& o : eb.outputs)
       if (o.kind == ValueKind::kTensor) {
         first_out = &o.tensor;
         break;
       }
-    trace_->add_suspect(rs.suspect_rank, b, a, unmatched ? EventClass::kUnmatched : cls, first_out);
+    trace_->add_suspect(rs.suspect_rank, eb, a >= 0 ? &ea : nullptr, unmatched ? EventClass::kUnmatched : cls,
+                        first_out);
   }
 
   if (!in_range) return;
-  for (const auto& [gap, input] : gap_sources) report_gap(rs, ref, sus, *a, b, gap, input);
+  for (const auto& [gap, input] : gap_sources) report_gap(rs, re, se, static_cast<std::size_t>(a), b, gap, input);
   if (options_.list_events)
-    report_.events.push_back({rs.suspect_rank, b.step, formats::phase_name(b.phase), b.op,
-                              a ? std::optional<std::string>(formats::event_id_string(a->id)) : std::nullopt,
-                              formats::event_id_string(b.id), cls, compared || unmatched});
+    report_.events.push_back({rs.suspect_rank, ev.step[b], formats::phase_name(phase), pool_[op],
+                              a >= 0 ? std::optional<std::string>(formats::event_id_string(re.c->events.id[a]))
+                                     : std::nullopt,
+                              formats::event_id_string(ev.id[b]), cls, compared || unmatched});
   if (!compared && !unmatched) {
     ++sum.not_compared;
     return;
@@ -608,7 +726,10 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   ++sum.counts[static_cast<int>(cls)];
   if (unmatched) ++sum.unmatched_suspect;
   if (unmatched) {
-    if (!rs.first_unmatched) rs.first_unmatched = describe(rs, nullptr, &b, cls, nullptr, 0);
+    if (!rs.first_unmatched) {
+      const Event eb = se.reader->event(b);
+      rs.first_unmatched = describe(rs, nullptr, &eb, cls, nullptr, 0);
+    }
     return;
   }
   if (!is_divergence_source(cls)) return;
@@ -616,52 +737,53 @@ void Engine::classify(RankState& rs, const StepReader* ref, const StepReader* su
   if (rs.found.size() >= keep) return;
   int64_t call_index = 0;
   for (std::size_t p = 0; p < position; ++p) {
-    const Event& e = sus_events[order[p]];
-    call_index += e.phase == b.phase && e.op == b.op && e.scope == b.scope;
+    const auto e = static_cast<std::size_t>(order[p]);
+    call_index += se.phase(e) == phase && se.op(e) == op && se.scope(e) == se.scope(b);
   }
-  DivergentEvent d = describe(rs, a, &b, cls, &cmp, call_index);
-  d.collective_equal_inputs = !ranks_mode_ && cls == EventClass::kOrigin && b.op.rfind("c10d::", 0) == 0;
+  const Event eb = se.reader->event(b);
+  const Event ea = re.reader->event(static_cast<std::size_t>(a));
+  DivergentEvent d = describe(rs, &ea, &eb, cls, &cmp, call_index);
+  d.collective_equal_inputs = !ranks_mode_ && cls == EventClass::kOrigin && collective(op);
   if (cls == EventClass::kEntered) {
-    const Value& in = b.inputs[source_input];
+    const Value& in = eb.inputs[source_input];
     d.entered_input = in.name.empty() ? fmt::format("input {}", source_input) : in.name;
     d.entered_side = source.kind == BitsSource::kEnteredReference ? "reference" : "suspect";
     if (source.event >= 0) {
       const FlowEvent& p = rs.events[source.event];
       d.producer_id = formats::event_id_string(p.id);
       if (p.reference_id) d.producer_reference_id = formats::event_id_string(*p.reference_id);
-      d.producer_op = op_names_[p.op];
+      d.producer_op = pool_[p.op];
       d.producer_step = p.step;
     }
-    add_evidence(d, ref, sus, *a, b, false, static_cast<std::size_t>(source_input));
+    add_evidence(d, re.reader, se.reader, ea, eb, false, static_cast<std::size_t>(source_input));
   } else {
-    for (std::size_t k = 0; k < b.outputs.size(); ++k)
-      if (cmp.output_differs[k]) add_evidence(d, ref, sus, *a, b, true, k);
+    for (std::size_t k = 0; k < eb.outputs.size(); ++k)
+      if (cmp.output_differs[k]) add_evidence(d, re.reader, se.reader, ea, eb, true, k);
   }
   if (d.evidence.empty() && d.evidence_note.empty() && cls == EventClass::kOriginArgs && !cmp.outputs_differ)
     d.evidence_note = "outputs are bitwise equal; only an argument differs";
-  if (!d.evidence_note.empty()) add_rerecord(rs, d, a->id, b.id);
+  if (!d.evidence_note.empty()) add_rerecord(rs, d, ea.id, eb.id);
   add_found(rs, std::move(d));
 }
 
-void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const StepReader* sus, bool in_range) {
-  static const std::vector<Event> kNone;
-  const auto& re = ref ? ref->events() : kNone;
-  const auto& se = sus ? sus->events() : kNone;
+void Engine::diff_step(RankState& rs, int64_t step, const LoadedStep& ref_step, const LoadedStep& sus_step,
+                       bool in_range) {
+  const StepReader* ref = ref_step.reader.get();
+  const StepEvents re(ref, ref_step.geometry, pool_), se(sus_step.reader.get(), sus_step.geometry, pool_);
   if (in_range) {
     report_.events_reference += static_cast<int64_t>(re.size());
     report_.events_suspect += static_cast<int64_t>(se.size());
   }
   // Per phase, each run's events in (stream, seq) order; alignment per phase.
-  auto by_phase = [](const std::vector<Event>& events) {
+  // Recordings are usually in that order already: sorting is skipped then.
+  auto by_phase = [](const StepEvents& s) {
     std::array<std::vector<int32_t>, kNumPhases> out;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      const int p = static_cast<int>(events[i].phase);
-      out[p < kNumPhases ? p : kNumPhases - 1].push_back(static_cast<int32_t>(i));
-    }
+    if (!s.c) return out;
+    const auto& e = s.c->events;
+    for (std::size_t i = 0; i < s.size(); ++i) out[e.phase[i]].push_back(static_cast<int32_t>(i));
+    auto before = [&](int32_t x, int32_t y) { return std::tie(e.stream[x], e.seq[x]) < std::tie(e.stream[y], e.seq[y]); };
     for (auto& v : out)
-      std::sort(v.begin(), v.end(), [&](int32_t x, int32_t y) {
-        return std::tie(events[x].stream, events[x].seq) < std::tie(events[y].stream, events[y].seq);
-      });
+      if (!std::is_sorted(v.begin(), v.end(), before)) std::sort(v.begin(), v.end(), before);
     return out;
   };
   const auto rp = by_phase(re), sp = by_phase(se);
@@ -669,13 +791,14 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
   std::vector<char> ref_matched(re.size(), 0);
   rs.gap_of_suspect.assign(se.size(), -1);
   std::vector<uint64_t> sa, sb;
+  std::array<PhaseSummary*, kNumPhases> sums{};
   for (int p = 0; p < kNumPhases; ++p) {
     if (rp[p].empty() && sp[p].empty()) continue;
-    summary(rs.suspect_rank, step, static_cast<formats::Phase>(p));
+    sums[p] = &summary(rs.suspect_rank, step, static_cast<formats::Phase>(p));
     sa.resize(rp[p].size());
     sb.resize(sp[p].size());
-    for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = signature(re[rp[p][i]], signature_buffer_);
-    for (std::size_t j = 0; j < sb.size(); ++j) sb[j] = signature(se[sp[p][j]], signature_buffer_);
+    for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = ref_step.signatures[rp[p][i]];
+    for (std::size_t j = 0; j < sb.size(); ++j) sb[j] = sus_step.signatures[sp[p][j]];
     int32_t open_gap = -1;
     for (const AlignStep& s : align_sequences(sa.data(), sa.size(), sb.data(), sb.size())) {
       if (s.a >= 0 && s.b >= 0) {
@@ -690,37 +813,45 @@ void Engine::diff_step(RankState& rs, int64_t step, const StepReader* ref, const
         rs.gaps.back().step = step;
         rs.gaps.back().phase = static_cast<formats::Phase>(p);
       }
+      Gap& g = rs.gaps[static_cast<std::size_t>(open_gap)];
       if (s.b >= 0) {
-        rs.gap_of_suspect[sp[p][s.b]] = open_gap;
-        rs.gaps[open_gap].add(se[sp[p][s.b]], false);
+        rs.gap_of_suspect[static_cast<std::size_t>(sp[p][s.b])] = open_gap;
+        g.add(se, static_cast<std::size_t>(sp[p][s.b]), pool_, false);
       } else {
-        rs.gaps[open_gap].add(re[rp[p][s.a]], true);
+        g.add(re, static_cast<std::size_t>(rp[p][s.a]), pool_, true);
       }
     }
   }
   // The suspect's execution order: start time, then stream and position.
   std::vector<int32_t> order(se.size());
   for (std::size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int32_t>(j);
-  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
-    return std::tie(se[x].t_start_ns, se[x].stream, se[x].seq) < std::tie(se[y].t_start_ns, se[y].stream, se[y].seq);
-  });
+  if (se.c) {
+    const auto& e = se.c->events;
+    auto before = [&](int32_t x, int32_t y) {
+      return std::tie(e.t_start_ns[x], e.stream[x], e.seq[x]) < std::tie(e.t_start_ns[y], e.stream[y], e.seq[y]);
+    };
+    if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
+  }
   for (std::size_t pos = 0; pos < order.size(); ++pos) {
-    const Event& b = se[order[pos]];
-    const int32_t i = partner[order[pos]];
-    classify(rs, ref, sus, i >= 0 ? &re[i] : nullptr, b, in_range, summary(rs.suspect_rank, step, b.phase), se,
-             order, pos);
+    const auto b = static_cast<std::size_t>(order[pos]);
+    classify(rs, re, se, partner[b], b, in_range, *sums[static_cast<int>(se.phase(b))], order, pos);
   }
   for (std::size_t i = 0; i < re.size(); ++i) {
     if (ref_matched[i]) continue;
-    if (trace_) trace_->add_reference_only(rs.reference_rank, re[i]);
+    const formats::Phase phase = re.phase(i);
+    if (trace_) trace_->add_reference_only(rs.reference_rank, ref->event(i));
     if (!in_range) continue;
     if (options_.list_events)
-      report_.events.push_back({rs.suspect_rank, step, formats::phase_name(re[i].phase), re[i].op,
-                                formats::event_id_string(re[i].id), std::nullopt, EventClass::kUnmatched, true});
-    auto& sum = summary(rs.suspect_rank, step, re[i].phase);
+      report_.events.push_back({rs.suspect_rank, step, formats::phase_name(phase), pool_[re.op(i)],
+                                formats::event_id_string(re.c->events.id[i]), std::nullopt, EventClass::kUnmatched,
+                                true});
+    auto& sum = *sums[static_cast<int>(phase)];
     ++sum.counts[static_cast<int>(EventClass::kUnmatched)];
     ++sum.unmatched_reference;
-    if (!rs.first_unmatched) rs.first_unmatched = describe(rs, &re[i], nullptr, EventClass::kUnmatched, nullptr, 0);
+    if (!rs.first_unmatched) {
+      const Event ea = ref->event(i);
+      rs.first_unmatched = describe(rs, &ea, nullptr, EventClass::kUnmatched, nullptr, 0);
+    }
   }
 }
 
@@ -742,19 +873,36 @@ void Engine::run_rank(int reference_rank, int suspect_rank) {
   };
   torn(rf, "reference");
   torn(sf, "suspect");
+  // The steps in range, each read (and its signatures computed) on a helper
+  // thread while the one before it is compared (where HDF5 is a thread-safe
+  // build, as Debian's is; it serialises its own calls; else in turn):
+  // reading and comparing overlap, and two steps of each run are in memory.
+  std::vector<std::pair<int64_t, const std::pair<std::string, std::string>*>> todo;
   for (const auto& [step, paths] : steps) {
     if (options_.last_step && step > *options_.last_step) break;
+    todo.emplace_back(step, &paths);
+  }
+  struct Readers {
+    LoadedStep ref, sus;
+  };
+  auto open = [](const std::pair<std::string, std::string>* paths) {
+    return Readers{load_step(paths->first, false), load_step(paths->second, true)};
+  };
+  const auto policy = formats::concurrent_step_reads() ? std::launch::async : std::launch::deferred;
+  std::future<Readers> next;
+  if (!todo.empty()) next = std::async(policy, open, todo.front().second);
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    const int64_t step = todo[k].first;
+    Readers current = next.get();  // rethrows the reader's FormatError
+    if (k + 1 < todo.size()) next = std::async(policy, open, todo[k + 1].second);
     const bool in_range = !options_.first_step || step >= *options_.first_step;
     rs.forward_by_scope.clear();
-    std::unique_ptr<StepReader> ref, sus;
-    if (!paths.first.empty()) ref = std::make_unique<StepReader>(paths.first);
-    if (!paths.second.empty()) sus = std::make_unique<StepReader>(paths.second);
-    if (in_range && (!ref || !sus)) {
+    if (in_range && (!current.ref.reader || !current.sus.reader)) {
       report_.diverged = true;
       report_.notes.push_back(fmt::format("step {} of rank {} is only in the {}", step, suspect_rank,
-                                          ref ? "reference" : "suspect"));
+                                          current.ref.reader ? "reference" : "suspect"));
     }
-    diff_step(rs, step, ref.get(), sus.get(), in_range);
+    diff_step(rs, step, current.ref, current.sus, in_range);
   }
   for (auto& f : rs.found) found_.push_back(std::move(f));
   if (rs.first_unmatched) unmatched_.push_back(std::move(*rs.first_unmatched));

@@ -16,7 +16,7 @@ h5::Handle writer_fapl(const h5::Site& site) {
   return fapl;
 }
 
-uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file, GlobalHeaps* heaps) {
+uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file) {
   h5::silence_errors();
   struct stat st {};
   if (::stat(site.path().c_str(), &st) != 0) site.fail("it does not exist or cannot be read");
@@ -37,8 +37,7 @@ uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& f
               std::to_string(kFormatVersion));
   }
   // Before the first string is read (kind is one).
-  GlobalHeaps checked(site, root, size);
-  if (heaps != nullptr) *heaps = std::move(checked);
+  const GlobalHeaps checked(site, root, size);  // throws where HDF5 would misread a heap
   if (!h5::has_attr(site, root, "kind")) site.fail("it has no kind attribute");
   std::string actual = h5::read_string_attr(site, root, "kind");
   if (actual != kind) site.fail("it is an \"" + actual + "\" file where an \"" + kind + "\" file was expected");

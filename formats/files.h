@@ -19,9 +19,7 @@ h5::Handle writer_fapl(const h5::Site& site);
 // of the version this build reads, with intact string heaps (global_heap.h),
 // and of `kind` (root attribute kind). Each failure is one FormatError
 // sentence. Returns the file's size in bytes, the bound every reader puts on
-// what it will allocate; `heaps`, if given, receives the checked heaps for
-// GlobalHeaps::check_string_column.
-uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file,
-                           GlobalHeaps* heaps = nullptr);
+// what it will allocate.
+uint64_t open_checked_file(const h5::Site& site, const char* kind, h5::Handle& file);
 
 }  // namespace opguard::formats

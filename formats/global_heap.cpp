@@ -18,7 +18,6 @@ constexpr char kSignature[] = {'G', 'C', 'O', 'L', 1};  // magic and version 1
 constexpr uint64_t kCollectionHeader = 16;  // magic, version, 3 reserved, u64 collection size
 constexpr uint64_t kObjectHeader = 16;      // u16 index, u16 references, 4 reserved, u64 size
 constexpr uint64_t kMinCollection = 4096;   // H5HG_MINSIZE
-constexpr uint64_t kHeapIdBytes = 16;       // u32 length, u64 collection address, u32 index
 
 uint64_t le(const uint8_t* p, int n) {
   uint64_t v = 0;
@@ -141,41 +140,6 @@ void GlobalHeaps::parse_collection(const h5::Site& site, int fd, uint64_t addres
     p += need;
   }
   collections_.emplace(address, std::move(objects));
-}
-
-void GlobalHeaps::check_string_column(const h5::Site& site, hid_t loc, const char* name) const {
-  const std::string column = name;
-  if (!site.tri(H5Lexists(loc, name, H5P_DEFAULT), "H5Lexists(" + column + ")")) return;  // the reader says it is missing
-  h5::Handle ds = h5::dataset(site, H5Dopen2(loc, name, H5P_DEFAULT), "H5Dopen2(" + column + ")");
-  h5::Handle space = h5::dataspace(site, H5Dget_space(ds.get()), "H5Dget_space(" + column + ")");
-  const hssize_t rows = H5Sget_simple_extent_npoints(space.get());
-  if (rows < 0) site.fail("its column " + column + " has no valid shape");
-  if (rows == 0) return;
-  const haddr_t offset = H5Dget_offset(ds.get());
-  const hsize_t stored = H5Dget_storage_size(ds.get());
-  const uint64_t bytes = static_cast<uint64_t>(rows) * kHeapIdBytes;
-  if (offset == HADDR_UNDEF || stored != bytes || offset > file_size_ || bytes > file_size_ - offset) {
-    site.fail("its column " + column + " is not stored as contiguous heap ids");
-  }
-  Fd fd(site);
-  const std::vector<uint8_t> ids = read_at(site, fd.get(), offset, bytes);
-  for (uint64_t r = 0; r < static_cast<uint64_t>(rows); ++r) {
-    const uint8_t* id = &ids[r * kHeapIdBytes];
-    const uint64_t length = le(id, 4);
-    const uint64_t address = le(id + 4, 8);
-    const uint32_t index = static_cast<uint32_t>(le(id + 12, 4));
-    const std::string where = "row " + std::to_string(r) + " of its column " + column;
-    if (address == 0) {
-      if (length != 0) site.fail(where + " claims a string without a heap object");
-      continue;
-    }
-    auto collection = address <= UINT64_MAX - base_ ? collections_.find(address + base_) : collections_.end();
-    if (collection == collections_.end()) site.fail(where + " points at no string heap");
-    auto object = collection->second.find(index);
-    if (object == collection->second.end() || object->second != length) {
-      site.fail(where + " points at a string heap object that does not match it");
-    }
-  }
 }
 
 }  // namespace opguard::formats

@@ -251,15 +251,6 @@ void write_column(const Site& site, hid_t loc, const char* name, hid_t type, con
   site.ok(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), std::string("H5Dwrite(") + name + ")");
 }
 
-void write_string_column(const Site& site, hid_t loc, const char* name,
-                         const std::vector<std::string>& rows) {
-  Handle type = string_type(site);
-  std::vector<const char*> pointers;
-  pointers.reserve(rows.size());
-  for (const std::string& s : rows) pointers.push_back(s.c_str());
-  write_column(site, loc, name, type.get(), pointers.data(), pointers.size());
-}
-
 std::size_t open_column(const Site& site, hid_t loc, const char* name, hid_t type,
                         std::size_t max_rows, Handle& dataset_out) {
   std::string column = name;
@@ -294,38 +285,6 @@ std::size_t open_column(const Site& site, hid_t loc, const char* name, hid_t typ
 
 void read_all(const Site& site, hid_t dataset, hid_t type, void* out, const char* name) {
   site.ok(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), std::string("H5Dread(") + name + ")");
-}
-
-std::vector<std::string> read_string_column(const Site& site, hid_t loc, const char* name,
-                                            std::size_t max_rows, std::size_t max_bytes) {
-  Handle type = string_type(site);
-  Handle ds;
-  std::size_t rows = open_column(site, loc, name, type.get(), max_rows, ds);
-  std::vector<std::string> out;
-  if (rows == 0) return out;
-  Handle space = dataspace(site, H5Dget_space(ds.get()), std::string("H5Dget_space(") + name + ")");
-  // HDF5 allocates each string as it reads it (a string longer than the file
-  // fails inside H5Dread); the total is checked afterwards. H5Dvlen_get_buf_size
-  // would check it first but reads the column element by element: minutes for
-  // a million rows.
-  std::vector<char*> pointers(rows, nullptr);
-  read_all(site, ds.get(), type.get(), pointers.data(), name);
-  std::size_t total = 0;
-  try {
-    out.reserve(rows);
-    for (char* p : pointers) {
-      out.emplace_back(p != nullptr ? p : "");
-      total += out.back().size() + 1;
-      if (total > max_bytes) {
-        site.fail(std::string("its column ") + name + " holds more bytes of strings than the file");
-      }
-    }
-  } catch (...) {
-    H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, pointers.data());
-    throw;
-  }
-  H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, pointers.data());
-  return out;
 }
 
 }  // namespace opguard::formats::h5

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
 
 namespace opguard::formats::h5 {
 
@@ -124,18 +125,11 @@ std::vector<std::string> attr_names(const Site& site, hid_t loc, std::size_t max
 // library, see the static_assert in h5.cpp).
 void write_column(const Site& site, hid_t loc, const char* name, hid_t type, const void* data,
                   std::size_t rows);
-void write_string_column(const Site& site, hid_t loc, const char* name,
-                         const std::vector<std::string>& rows);
 
 // Reads a 1-D column whose file type must equal `type` exactly, refusing more
 // than `max_rows` rows (a lying header must not make us allocate).
 template <typename T>
-std::vector<T> read_column(const Site& site, hid_t loc, const char* name, hid_t type,
-                           std::size_t max_rows);
-// The same for strings; also refuses columns whose strings add up to more than
-// `max_bytes` (several rows of a crafted file may name one large heap object).
-std::vector<std::string> read_string_column(const Site& site, hid_t loc, const char* name,
-                                            std::size_t max_rows, std::size_t max_bytes);
+Column<T> read_column(const Site& site, hid_t loc, const char* name, hid_t type, std::size_t max_rows);
 
 // Implementation detail of read_column: checks the column and returns its row count.
 std::size_t open_column(const Site& site, hid_t loc, const char* name, hid_t type,
@@ -143,12 +137,11 @@ std::size_t open_column(const Site& site, hid_t loc, const char* name, hid_t typ
 void read_all(const Site& site, hid_t dataset, hid_t type, void* out, const char* name);
 
 template <typename T>
-std::vector<T> read_column(const Site& site, hid_t loc, const char* name, hid_t type,
-                           std::size_t max_rows) {
+Column<T> read_column(const Site& site, hid_t loc, const char* name, hid_t type, std::size_t max_rows) {
   OPGUARD_CHECK(H5Tget_size(type) == sizeof(T));
   Handle ds;
   std::size_t rows = open_column(site, loc, name, type, max_rows, ds);
-  std::vector<T> out(rows);
+  Column<T> out(rows);
   if (rows > 0) read_all(site, ds.get(), type, out.data(), name);
   return out;
 }

@@ -15,9 +15,4 @@ inline constexpr int kMaxDataRank = 32;
 // ndim is stored as u8.
 inline constexpr std::size_t kMaxValueRank = 255;
 
-// Bytes a row of a variable-length string column occupies in the file at least
-// (an HDF5 global heap id: collection address, index and length). Used to cap
-// the row counts a reader trusts against the file's size.
-inline constexpr std::size_t kMinStringRowBytes = 16;
-
 }  // namespace opguard::formats::step_layout

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +62,34 @@ void check_values(const Event& e, const std::vector<Value>& values, int64_t data
     }
   }
 }
+
+// The step file's string table (/strings, /string_offsets): each distinct
+// string once, in order of first use, the empty string first. The index keeps
+// views into the strings it was given, which must outlive the table (the
+// events, while write_columns runs).
+class StringTable {
+ public:
+  StringTable() { add(""); }
+  uint32_t add(std::string_view s) {
+    // find before emplace: emplace builds a node even for a string it has.
+    if (auto it = index_.find(s); it != index_.end()) return it->second;
+    OPGUARD_CHECK(offsets_.size() <= UINT32_MAX);
+    const auto row = static_cast<uint32_t>(offsets_.size() - 1);
+    index_.emplace(s, row);
+    blob_.append(s);
+    offsets_.push_back(blob_.size());
+    return row;
+  }
+  void write(const h5::Site& site, hid_t root) const {
+    h5::write_column(site, root, "/strings", H5T_STD_U8LE, blob_.data(), blob_.size());
+    h5::write_column(site, root, "/string_offsets", H5T_STD_U64LE, offsets_.data(), offsets_.size());
+  }
+
+ private:
+  std::unordered_map<std::string_view, uint32_t> index_;
+  std::string blob_;
+  std::vector<uint64_t> offsets_{0};
+};
 
 }  // namespace
 
@@ -165,54 +194,49 @@ void StepWriter::add_event(Event event) {
 
 void StepWriter::Impl::write_columns() {
   const std::size_t n = events.size();
+  StringTable strings;
   std::vector<uint64_t> id(n), seq(n), thread(n), value_begin(n);
-  std::vector<uint32_t> stream(n), schema(n), flags(n), n_inputs(n), n_outputs(n);
+  std::vector<uint32_t> stream(n), op(n), overload(n), schema(n), scope(n), node(n), flags(n), n_inputs(n),
+      n_outputs(n);
   std::vector<int64_t> step(n), t_start(n), t_end(n);
   std::vector<uint8_t> phase(n);
-  std::vector<std::string> op(n), overload(n), scope(n), node(n);
-  std::vector<std::string> schemas;
-  std::unordered_map<std::string, uint32_t> schema_index;
 
-  std::vector<uint8_t> v_kind, v_dtype, v_flags, v_mutated, v_ndim;
-  std::vector<std::string> v_name, v_text, v_device;
-  std::vector<int32_t> v_list_len;
-  std::vector<uint64_t> v_fingerprint, v_storage_id, v_dims_offset;
-  std::vector<uint32_t> v_version;
-  std::vector<int64_t> v_storage_offset, v_data_index, dims;
+  std::size_t m = 0;
+  for (const Event& e : events) m += e.inputs.size() + e.outputs.size();
+  std::vector<uint8_t> v_kind(m), v_dtype(m), v_flags(m), v_mutated(m), v_ndim(m);
+  std::vector<uint32_t> v_name(m), v_text(m), v_device(m), v_version(m);
+  std::vector<int32_t> v_list_len(m);
+  std::vector<uint64_t> v_fingerprint(m), v_storage_id(m), v_dims_offset(m);
+  std::vector<int64_t> v_storage_offset(m), v_data_index(m), dims;
+  const uint32_t empty = strings.add("");
 
+  std::size_t r = 0;
   auto add_value = [&](const Value& v) {
-    v_kind.push_back(static_cast<uint8_t>(v.kind));
-    v_name.push_back(v.name);
-    v_text.push_back(v.text);
-    v_list_len.push_back(v.kind == ValueKind::kTensorList ? v.list_len : 0);
-    v_mutated.push_back(v.mutated ? 1 : 0);
+    v_kind[r] = static_cast<uint8_t>(v.kind);
+    v_name[r] = strings.add(v.name);
+    v_text[r] = strings.add(v.text);
+    v_list_len[r] = v.kind == ValueKind::kTensorList ? v.list_len : 0;
+    v_mutated[r] = v.mutated ? 1 : 0;
     if (carries_tensor(v.kind)) {
       const TensorMeta& t = v.tensor;
-      v_dtype.push_back(static_cast<uint8_t>(t.dtype));
-      v_flags.push_back(t.flags);
-      v_fingerprint.push_back(t.fingerprint);
-      v_storage_id.push_back(t.storage_id);
-      v_version.push_back(t.version);
-      v_storage_offset.push_back(t.storage_offset);
-      v_device.push_back(t.device);
-      v_data_index.push_back(t.data_index);
-      v_ndim.push_back(static_cast<uint8_t>(t.sizes.size()));
-      v_dims_offset.push_back(dims.size());
+      v_dtype[r] = static_cast<uint8_t>(t.dtype);
+      v_flags[r] = t.flags;
+      v_fingerprint[r] = t.fingerprint;
+      v_storage_id[r] = t.storage_id;
+      v_version[r] = t.version;
+      v_storage_offset[r] = t.storage_offset;
+      v_device[r] = strings.add(t.device);
+      v_data_index[r] = t.data_index;
+      v_ndim[r] = static_cast<uint8_t>(t.sizes.size());
+      v_dims_offset[r] = dims.size();
       dims.insert(dims.end(), t.sizes.begin(), t.sizes.end());
       dims.insert(dims.end(), t.strides.begin(), t.strides.end());
     } else {
-      // Tensor columns of non-tensor rows hold these fixed values.
-      v_dtype.push_back(0);
-      v_flags.push_back(0);
-      v_fingerprint.push_back(0);
-      v_storage_id.push_back(0);
-      v_version.push_back(0);
-      v_storage_offset.push_back(0);
-      v_device.emplace_back();
-      v_data_index.push_back(-1);
-      v_ndim.push_back(0);
-      v_dims_offset.push_back(0);
+      // Tensor columns of non-tensor rows hold these fixed values (the rest stay 0).
+      v_device[r] = empty;
+      v_data_index[r] = -1;
     }
+    ++r;
   };
 
   for (std::size_t i = 0; i < n; ++i) {
@@ -223,17 +247,15 @@ void StepWriter::Impl::write_columns() {
     thread[i] = e.thread;
     step[i] = e.step;
     phase[i] = static_cast<uint8_t>(e.phase);
-    op[i] = e.op;
-    overload[i] = e.overload;
-    auto [it, inserted] = schema_index.emplace(e.schema, static_cast<uint32_t>(schemas.size()));
-    if (inserted) schemas.push_back(e.schema);
-    schema[i] = it->second;
-    scope[i] = e.scope;
-    node[i] = e.node;
+    op[i] = strings.add(e.op);
+    overload[i] = strings.add(e.overload);
+    schema[i] = strings.add(e.schema);
+    scope[i] = strings.add(e.scope);
+    node[i] = strings.add(e.node);
     t_start[i] = e.t_start_ns;
     t_end[i] = e.t_end_ns;
     flags[i] = e.flags;
-    value_begin[i] = v_kind.size();
+    value_begin[i] = r;
     n_inputs[i] = static_cast<uint32_t>(e.inputs.size());
     n_outputs[i] = static_cast<uint32_t>(e.outputs.size());
     for (const Value& v : e.inputs) add_value(v);
@@ -246,30 +268,27 @@ void StepWriter::Impl::write_columns() {
   Handle values_group = h5::group(site, H5Gcreate2(root, "/values", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                   "H5Gcreate2(/values)");
   using h5::write_column;
-  using h5::write_string_column;
   write_column(site, root, "/events/id", H5T_STD_U64LE, id.data(), n);
   write_column(site, root, "/events/stream", H5T_STD_U32LE, stream.data(), n);
   write_column(site, root, "/events/seq", H5T_STD_U64LE, seq.data(), n);
   write_column(site, root, "/events/thread", H5T_STD_U64LE, thread.data(), n);
   write_column(site, root, "/events/step", H5T_STD_I64LE, step.data(), n);
   write_column(site, root, "/events/phase", H5T_STD_U8LE, phase.data(), n);
-  write_string_column(site, root, "/events/op", op);
-  write_string_column(site, root, "/events/overload", overload);
+  write_column(site, root, "/events/op", H5T_STD_U32LE, op.data(), n);
+  write_column(site, root, "/events/overload", H5T_STD_U32LE, overload.data(), n);
   write_column(site, root, "/events/schema", H5T_STD_U32LE, schema.data(), n);
-  write_string_column(site, root, "/events/scope", scope);
-  write_string_column(site, root, "/events/node", node);
+  write_column(site, root, "/events/scope", H5T_STD_U32LE, scope.data(), n);
+  write_column(site, root, "/events/node", H5T_STD_U32LE, node.data(), n);
   write_column(site, root, "/events/t_start_ns", H5T_STD_I64LE, t_start.data(), n);
   write_column(site, root, "/events/t_end_ns", H5T_STD_I64LE, t_end.data(), n);
   write_column(site, root, "/events/flags", H5T_STD_U32LE, flags.data(), n);
   write_column(site, root, "/events/value_begin", H5T_STD_U64LE, value_begin.data(), n);
   write_column(site, root, "/events/n_inputs", H5T_STD_U32LE, n_inputs.data(), n);
   write_column(site, root, "/events/n_outputs", H5T_STD_U32LE, n_outputs.data(), n);
-  write_string_column(site, root, "/schemas", schemas);
 
-  const std::size_t m = v_kind.size();
   write_column(site, root, "/values/kind", H5T_STD_U8LE, v_kind.data(), m);
-  write_string_column(site, root, "/values/name", v_name);
-  write_string_column(site, root, "/values/text", v_text);
+  write_column(site, root, "/values/name", H5T_STD_U32LE, v_name.data(), m);
+  write_column(site, root, "/values/text", H5T_STD_U32LE, v_text.data(), m);
   write_column(site, root, "/values/dtype", H5T_STD_U8LE, v_dtype.data(), m);
   write_column(site, root, "/values/flags", H5T_STD_U8LE, v_flags.data(), m);
   write_column(site, root, "/values/mutated", H5T_STD_U8LE, v_mutated.data(), m);
@@ -278,11 +297,12 @@ void StepWriter::Impl::write_columns() {
   write_column(site, root, "/values/storage_id", H5T_STD_U64LE, v_storage_id.data(), m);
   write_column(site, root, "/values/version", H5T_STD_U32LE, v_version.data(), m);
   write_column(site, root, "/values/storage_offset", H5T_STD_I64LE, v_storage_offset.data(), m);
-  write_string_column(site, root, "/values/device", v_device);
+  write_column(site, root, "/values/device", H5T_STD_U32LE, v_device.data(), m);
   write_column(site, root, "/values/data_index", H5T_STD_I64LE, v_data_index.data(), m);
   write_column(site, root, "/values/ndim", H5T_STD_U8LE, v_ndim.data(), m);
   write_column(site, root, "/values/dims_offset", H5T_STD_U64LE, v_dims_offset.data(), m);
   write_column(site, root, "/dims", H5T_STD_I64LE, dims.data(), dims.size());
+  strings.write(site, root);
 }
 
 void StepWriter::abandon() {

@@ -29,6 +29,11 @@ def load(rec, rank):
     for path in sorted(glob.glob(os.path.join(rec, f"rank{rank}", "step*.h5"))):
         with h5py.File(path, "r") as f:
             ev, val = f["events"], f["values"]
+            blob, offsets = f["strings"][()].tobytes(), f["string_offsets"][()]
+
+            def string(i):  # row i of the file's string table (docs/FORMAT.md)
+                return blob[offsets[i]:offsets[i + 1]].decode()
+
             ids, steps, t0 = ev["id"][:], ev["step"][:], ev["t_start_ns"][:]
             ops = ev["op"][:]
             begin, n_in, n_out = ev["value_begin"][:], ev["n_inputs"][:], ev["n_outputs"][:]
@@ -38,13 +43,13 @@ def load(rec, rank):
                 # tensors (1) and generator states (14) by flags and fingerprint; the rest by text
                 if kind[i] in (1, 14):
                     return ("t", int(flags[i]) & ~0x6, int(fp[i]))  # ignore has-data/dropped bits
-                return ("v", int(kind[i]), bytes(text[i]) if not isinstance(text[i], str) else text[i])
+                return ("v", int(kind[i]), string(text[i]))
 
             for k in range(len(ids)):
                 b = int(begin[k])
                 ins = [value(i) for i in range(b, b + int(n_in[k]))]
                 outs = [value(i) for i in range(b + int(n_in[k]), b + int(n_in[k]) + int(n_out[k]))]
-                op = ops[k].decode() if isinstance(ops[k], bytes) else ops[k]
+                op = string(ops[k])
                 events[int(ids[k])] = (int(steps[k]), int(t0[k]), op, ins, outs)
     return events
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "../bisect/recording_builder.h"
+#include "../support/h5_edit.h"
 #include "../support/process.h"
 
 using namespace opguard::testing;
@@ -32,16 +33,6 @@ void write_valid(const std::string& dir) {
     r.add(step, Op{"aten::sum", {tensor("self", T{3, 0, 33})}, {tensor("", T{4, 0, 44, {}})}});
   }
   r.write(dir);
-}
-
-void set_int_attribute(const std::string& path, const char* name, int value) {
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  REQUIRE(f >= 0);
-  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-  REQUIRE(a >= 0);
-  REQUIRE(H5Awrite(a, H5T_NATIVE_INT, &value) >= 0);
-  H5Aclose(a);
-  H5Fclose(f);
 }
 
 void write_foreign_hdf5(const std::string& path) {
@@ -127,16 +118,42 @@ TEST_CASE("step files with corrupted bytes are refused or read, never a crash or
   }
 }
 
-TEST_CASE("a recording of another format version is refused with the version in the message") {
+TEST_CASE("a recording of another format version (the older 1 or a future one) is refused naming both versions") {
   TempDir tmp;
   write_valid(tmp / "good");
-  fs::copy(tmp / "good", tmp / "v99", fs::copy_options::recursive);
-  set_int_attribute(manifest_path(tmp / "v99"), "opguard_format", 99);
-  set_int_attribute(step_path(tmp / "v99", 0), "opguard_format", 99);
-  set_int_attribute(step_path(tmp / "v99", 1), "opguard_format", 99);
-  expect_clean_refusal(tmp, tmp / "v99", tmp / "good");
-  Result r = run({kOpguard, "ls", tmp / "v99"}, tmp.path().string());
-  CHECK(r.err.find("99") != std::string::npos);
+  for (int version : {1, 99}) {
+    CAPTURE(version);
+    const std::string other = tmp / ("v" + std::to_string(version));
+    fs::copy(tmp / "good", other, fs::copy_options::recursive);
+    set_int_attribute(manifest_path(other), "opguard_format", version);
+    set_int_attribute(step_path(other, 0), "opguard_format", version);
+    set_int_attribute(step_path(other, 1), "opguard_format", version);
+    expect_clean_refusal(tmp, other, tmp / "good");
+    Result r = run({kOpguard, "ls", other}, tmp.path().string());
+    CHECK(r.err.find("version " + std::to_string(version) + ", and this opguard reads version 2") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a string index or string offset that lies is refused by every verb with exit code 65") {
+  TempDir tmp;
+  write_valid(tmp / "good");
+  const std::string step = step_path(tmp / "good", 1);
+  const auto strings = static_cast<uint32_t>(column_rows(step, "/string_offsets") - 1);
+  const auto blob = static_cast<uint64_t>(column_rows(step, "/strings"));
+  int n = 0;
+  auto corrupt = [&](auto edit) {
+    const std::string bad = tmp / ("bad" + std::to_string(n++));
+    fs::copy(tmp / "good", bad, fs::copy_options::recursive);
+    edit(step_path(bad, 1));
+    expect_clean_refusal(tmp, bad, tmp / "good");
+  };
+  corrupt([&](const std::string& p) { set_column_row<uint32_t>(p, "/events/op", H5T_STD_U32LE, 0, strings); });
+  corrupt([&](const std::string& p) { set_column_row<uint32_t>(p, "/values/text", H5T_STD_U32LE, 0, UINT32_MAX); });
+  corrupt([&](const std::string& p) {
+    set_column_row<uint64_t>(p, "/string_offsets", H5T_STD_U64LE, strings, blob + 4096);
+  });
+  corrupt([&](const std::string& p) { set_column_row<uint64_t>(p, "/string_offsets", H5T_STD_U64LE, 1, UINT64_MAX); });
 }
 
 TEST_CASE("foreign HDF5 files, text files and directories that are not recordings are refused") {

@@ -40,7 +40,8 @@ std::string softmax_event(const TempDir& tmp, const std::string& rec) {
   const std::string script =
       "import h5py,sys\n"
       "f=h5py.File(sys.argv[1]+'/rank0/step00000001.h5','r')\n"
-      "ops=[o.decode() if isinstance(o,bytes) else o for o in f['events/op'][:]]\n"
+      "blob,off=f['strings'][()].tobytes(),f['string_offsets'][()]\n"
+      "ops=[blob[off[i]:off[i+1]].decode() for i in f['events/op'][:]]\n"
       "print(int(f['events/id'][ops.index('aten::softmax')]))\n";
   Result r = run({kPython, "-c", script, rec}, tmp.path().string());
   INFO(r.err);

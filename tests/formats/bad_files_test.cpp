@@ -11,12 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "../support/h5_edit.h"
 #include "../support/process.h"
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 
 using opguard::DType;
+using opguard::testing::column_rows;
 using opguard::testing::read_file;
+using opguard::testing::set_column_row;
+using opguard::testing::set_int_attribute;
 using opguard::testing::TempDir;
 namespace fmts = opguard::formats;
 namespace fs = std::filesystem;
@@ -141,9 +145,15 @@ TEST_CASE("a step file truncated at any length gives FormatError") {
 
 namespace {
 
-// The byte ranges of the file that hold variable-length strings: HDF5 global
-// heap collections ("GCOL", version 1, then the collection size as u64) and
-// the raw data of string columns (a heap id per row).
+// The string columns of a step file (u32 rows of its string table) and the table itself.
+const char* const kStringColumns[] = {"/events/op",   "/events/overload", "/events/schema", "/events/scope",
+                                      "/events/node", "/values/name",     "/values/text",   "/values/device"};
+
+// The byte ranges of the file that hold strings or refer to them: HDF5 global
+// heap collections ("GCOL", version 1, then the collection size as u64: the
+// string attributes), the string table's offsets and the raw data of the
+// string columns. The bytes of /strings themselves are not among them: any
+// byte there is a valid (other) string.
 std::vector<std::pair<std::size_t, std::size_t>> string_ranges(const std::string& path, const std::string& bytes) {
   std::vector<std::pair<std::size_t, std::size_t>> out;
   for (std::size_t pos = bytes.find("GCOL\x01"); pos != std::string::npos; pos = bytes.find("GCOL\x01", pos + 1)) {
@@ -153,8 +163,9 @@ std::vector<std::pair<std::size_t, std::size_t>> string_ranges(const std::string
   }
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   REQUIRE(file >= 0);
-  for (const char* column : {"/events/op", "/events/overload", "/events/scope", "/events/node", "/schemas",
-                             "/values/name", "/values/text", "/values/device"}) {
+  std::vector<const char*> columns(std::begin(kStringColumns), std::end(kStringColumns));
+  columns.push_back("/string_offsets");
+  for (const char* column : columns) {
     hid_t ds = H5Dopen2(file, column, H5P_DEFAULT);
     REQUIRE(ds >= 0);
     haddr_t offset = H5Dget_offset(ds);
@@ -214,11 +225,74 @@ TEST_CASE("a step file with a corrupted byte outside its strings reads or gives 
 TEST_CASE("a step file with a corrupted byte in its strings reads or gives FormatError, never crashes") {
   TempDir tmp;
   const std::string bytes = write_sample_step(tmp / "good.h5");
-  for (const auto& [begin, end] : string_ranges(tmp / "good.h5", bytes)) {
+  const auto ranges = string_ranges(tmp / "good.h5", bytes);
+  REQUIRE(ranges.size() > std::size(kStringColumns));
+  for (const auto& [begin, end] : ranges) {
     auto [tried, rejected] = corrupt_and_read(tmp, bytes, begin, end, {});
     CHECK(tried > 0);
     CHECK(rejected > 0);
   }
+}
+
+TEST_CASE("a string index past the string table gives FormatError naming the column") {
+  TempDir tmp;
+  const std::string good = tmp / "good.h5";
+  const std::string bytes = write_sample_step(good);
+  const std::string bad = tmp / "bad.h5";
+  const auto strings = static_cast<uint32_t>(column_rows(good, "/string_offsets") - 1);
+  for (const char* column : kStringColumns) {
+    for (uint32_t index : {strings, strings + 1, uint32_t{UINT32_MAX}}) {
+      CAPTURE(column);
+      CAPTURE(index);
+      write_bytes(bad, bytes);
+      set_column_row<uint32_t>(bad, column, H5T_STD_U32LE, 1, index);
+      CHECK_THROWS_WITH_AS(fmts::StepReader{bad}, doctest::Contains(column), opguard::FormatError);
+      const std::string names = "string " + std::to_string(index);
+      CHECK_THROWS_WITH_AS(fmts::StepReader{bad}, doctest::Contains(names.c_str()), opguard::FormatError);
+    }
+  }
+}
+
+TEST_CASE("string offsets that decrease, do not start at 0 or end elsewhere than the table give FormatError") {
+  TempDir tmp;
+  const std::string good = tmp / "good.h5";
+  const std::string bytes = write_sample_step(good);
+  const std::size_t rows = column_rows(good, "/string_offsets");
+  const std::size_t blob = column_rows(good, "/strings");
+  REQUIRE(rows >= 4);
+  REQUIRE(blob > 10);
+  const std::string bad = tmp / "bad.h5";
+  struct Case {
+    std::size_t row;
+    uint64_t value;
+    const char* message;
+  };
+  for (const Case& c : {Case{rows - 1, blob + 1, "ends at"}, Case{rows - 1, blob - 1, "ends at"},
+                        Case{rows - 1, UINT64_MAX, "ends at"}, Case{0, 1, "does not start at 0"},
+                        Case{rows / 2, UINT64_MAX, "decreases"}, Case{rows / 2, 0, "decreases"}}) {
+    CAPTURE(c.row);
+    CAPTURE(c.value);
+    write_bytes(bad, bytes);
+    set_column_row<uint64_t>(bad, "/string_offsets", H5T_STD_U64LE, c.row, c.value);
+    CHECK_THROWS_WITH_AS(fmts::StepReader{bad}, doctest::Contains(c.message), opguard::FormatError);
+  }
+  // Without its string table a step file is not read at all.
+  write_bytes(bad, bytes);
+  hid_t file = H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  REQUIRE(H5Ldelete(file, "/strings", H5P_DEFAULT) >= 0);
+  REQUIRE(H5Fclose(file) >= 0);
+  CHECK_THROWS_WITH_AS(fmts::StepReader{bad}, doctest::Contains("/strings"), opguard::FormatError);
+}
+
+TEST_CASE("a step file of format version 1 is refused with one sentence naming both versions") {
+  TempDir tmp;
+  const std::string path = tmp / "step00000000.h5";
+  write_sample_step(path);
+  set_int_attribute(path, "opguard_format", 1);
+  CHECK_THROWS_WITH_AS(fmts::StepReader{path},
+                       doctest::Contains("it is in opguard format version 1, and this opguard reads version 2"),
+                       opguard::FormatError);
 }
 
 TEST_CASE("a manifest with a corrupted byte anywhere reads or gives FormatError, never crashes") {

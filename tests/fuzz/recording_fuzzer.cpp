@@ -56,6 +56,20 @@ uint64_t fingerprint(const fmts::TensorData& t) {
 void read_step_file(const std::string& path) {
   fmts::StepReader reader(path);
   uint64_t sink = static_cast<uint64_t>(reader.rank()) ^ static_cast<uint64_t>(reader.step());
+  // The columns as the diff reads them: every index the reader validated,
+  // followed without further checks (ASan reports any it should have refused).
+  const fmts::StepColumns& c = reader.columns();
+  for (std::size_t i = 0; i < c.events.size(); ++i) {
+    sink ^= c.string(c.events.op[i]).size() ^ c.string(c.events.scope[i]).size();
+    const std::size_t begin = c.events.value_begin[i];
+    for (std::size_t r = begin; r < begin + c.events.n_inputs[i] + c.events.n_outputs[i]; ++r) {
+      sink ^= c.string(c.values.name[r]).size() ^ c.string(c.values.text[r]).size();
+      if (!fmts::carries_tensor(static_cast<fmts::ValueKind>(c.values.kind[r]))) continue;
+      sink ^= c.string(c.values.device[r]).size();
+      const std::size_t dims = c.values.dims_offset[r];
+      for (std::size_t d = 0; d < 2u * c.values.ndim[r]; ++d) sink ^= static_cast<uint64_t>(c.dims[dims + d]);
+    }
+  }
   for (const fmts::Event& e : reader.events()) {
     sink ^= e.id ^ e.schema.size() ^ fmts::event_id_string(e.id).size();
     for (const auto* side : {&e.inputs, &e.outputs}) {

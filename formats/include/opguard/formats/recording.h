@@ -15,6 +15,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "opguard/core/dtype.h"
@@ -23,7 +27,7 @@ namespace opguard::formats {
 
 // This version number is the layout of the files, not opguard's version: bump it
 // when a group, dataset, column or attribute changes meaning or disappears.
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;
 
 enum class Phase : uint8_t { kForward = 0, kBackward = 1, kOptimizer = 2, kOther = 3 };
 const char* phase_name(Phase p);
@@ -167,8 +171,67 @@ class StepWriter {
   std::size_t bytes_written_ = 0;
 };
 
+// An allocator whose value-less construct leaves elements default-initialised
+// (for numbers: unset), so that a Column resized for HDF5 to fill is not
+// zeroed first (zeroing cost about 6% of reading a step file).
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <typename T>
+using Column = std::vector<T, DefaultInitAllocator<T>>;
+
+// The event and value tables of one step file as stored (docs/FORMAT.md, "Step
+// file"): one vector per column, strings as rows of the file's string table.
+// StepReader validates them before handing them out: every string index,
+// value range, /dims range and /data index is in range, every phase, kind and
+// dtype code is known, and every tensor list lies inside its event's values.
+// The /dims range and /data index of value rows whose kind carries no tensor
+// are not checked.
+struct StepColumns {
+  struct Events {
+    Column<uint64_t> id, seq, thread, value_begin;
+    Column<uint32_t> stream, op, overload, schema, scope, node, flags, n_inputs, n_outputs;
+    Column<int64_t> step, t_start_ns, t_end_ns;
+    Column<uint8_t> phase;
+    std::size_t size() const { return id.size(); }
+  } events;
+  struct Values {
+    Column<uint8_t> kind, dtype, flags, mutated, ndim;
+    Column<uint32_t> name, text, device, version;
+    Column<int32_t> list_len;
+    Column<uint64_t> fingerprint, storage_id, dims_offset;
+    Column<int64_t> storage_offset, data_index;
+    std::size_t size() const { return kind.size(); }
+  } values;
+  Column<int64_t> dims;
+  Column<char> strings;             // /strings: the distinct strings back to back
+  Column<uint64_t> string_offsets;  // /string_offsets: string i is [offsets[i], offsets[i+1])
+
+  std::size_t string_count() const { return string_offsets.empty() ? 0 : string_offsets.size() - 1; }
+  std::string_view string(uint32_t i) const {
+    return {strings.data() + string_offsets[i], static_cast<std::size_t>(string_offsets[i + 1] - string_offsets[i])};
+  }
+};
+
 // Reads one step file. Throws FormatError with a one-sentence message for
-// anything truncated, corrupt, foreign or of another version.
+// anything truncated, corrupt, foreign or of another version. The tables are
+// read and validated when it opens; events() builds Event objects from them on
+// its first call (thread-safe), event(i) builds one.
 class StepReader {
  public:
   explicit StepReader(const std::string& path);
@@ -178,6 +241,9 @@ class StepReader {
 
   int rank() const;
   int64_t step() const;
+  const StepColumns& columns() const;
+  std::size_t event_count() const { return columns().events.size(); }
+  Event event(std::size_t i) const;  // i < event_count()
   const std::vector<Event>& events() const;
   // Reads /data/<data_index> exactly as stored (no conversion). Throws
   // FormatError if it does not exist or its HDF5 type disagrees with its dtype
@@ -193,6 +259,10 @@ class StepReader {
   struct Impl;
   Impl* impl_;
 };
+
+// Whether StepReaders may be opened on several threads at once: the HDF5
+// library opguard runs with is a thread-safe build (it serialises its calls).
+bool concurrent_step_reads();
 
 void write_manifest(const std::string& path, const Manifest& manifest);  // atomic (tmp + rename)
 Manifest read_manifest(const std::string& path);
