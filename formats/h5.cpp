@@ -1,5 +1,10 @@
 #include "h5.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <exception>
 
 #include "opguard/core/error.h"
@@ -55,6 +60,45 @@ herr_t collect_attr_name(hid_t /*loc*/, const char* name, const H5A_info_t* /*in
   } catch (...) {
     return -1;
   }
+}
+
+// HDF5's own exit handler closes every open file; with a file that could not
+// be closed it crashes (see created_file in h5.h). opguard's handler, installed
+// in its place before HDF5 starts, shuts the library down the same way unless
+// such a file exists: then the process exits with it open, which loses nothing
+// (it was being abandoned). The recorder is preloaded into training programs:
+// its library's initialisers run before the program's.
+std::atomic<bool> g_unclosable_file{false};
+
+void close_library_at_exit() {
+  if (!g_unclosable_file.load()) H5close();
+}
+
+[[maybe_unused]] const bool g_exit_handler_installed = [] {
+  if (H5dont_atexit() < 0) return false;  // another user of this HDF5 asked first
+  std::atexit(close_library_at_exit);
+  return true;
+}();
+
+// Dropping a written file's handle: see created_file in h5.h.
+herr_t abandon_file(hid_t file) noexcept {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) >= 0 && handle != nullptr) {
+    const int fd = *static_cast<int*>(handle);
+    const int scratch = ::memfd_create("opguard-abandoned-file", MFD_CLOEXEC);
+    if (scratch >= 0) {
+      ::dup2(scratch, fd);
+      ::close(scratch);
+    }
+  }
+  if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
+    // An earlier flush failed: the file cannot be closed. It stays open.
+    g_unclosable_file.store(true);
+    return -1;
+  }
+  const herr_t closed = H5Fclose(file);
+  if (closed < 0) g_unclosable_file.store(true);
+  return closed;
 }
 
 }  // namespace
@@ -119,6 +163,17 @@ void Site::fail_call(const std::string& call, const std::string& hdf5_text) cons
 Handle file(const Site& site, hid_t result, const std::string& call) {
   return Handle(site.id(result, call), H5Fclose);
 }
+Handle created_file(const Site& site, hid_t result, const std::string& call) {
+  return Handle(site.id(result, call), abandon_file);
+}
+
+void finish_file(const Site& site, Handle& file) {
+  site.ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");  // on failure the handle abandons the file
+  const herr_t closed = H5Fclose(file.release());
+  if (closed < 0) g_unclosable_file.store(true);  // it freed part of the file: never touch it again
+  site.ok(closed, "H5Fclose");
+}
+
 Handle group(const Site& site, hid_t result, const std::string& call) {
   return Handle(site.id(result, call), H5Gclose);
 }

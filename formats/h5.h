@@ -96,6 +96,20 @@ std::string error_stack_text();
 
 // Owned handles for what Site::id returns.
 Handle file(const Site& site, hid_t result, const std::string& call);
+
+// Files opguard writes. HDF5 1.10 cannot close a file whose flush failed (a
+// full disk): its metadata cache stays half-flushed, every later flush or
+// close fails, and each failed close frees part of the file, so HDF5's exit
+// handler, which closes every open file, then crashes the process. A written
+// file is therefore closed in one of two ways:
+// - finish_file flushes and closes it, throwing the blamed error on failure;
+// - dropping the handle without finish_file (an error path) abandons it: its
+//   descriptor is pointed at an empty memory file first, so that the flush and
+//   close cannot fail; the caller removes what reached the disk.
+// A file that still cannot be closed is left open, and HDF5 is then not shut
+// down at exit (see keep_library_at_exit in h5.cpp).
+Handle created_file(const Site& site, hid_t result, const std::string& call);
+void finish_file(const Site& site, Handle& file);
 Handle group(const Site& site, hid_t result, const std::string& call);
 Handle dataset(const Site& site, hid_t result, const std::string& call);
 Handle dataspace(const Site& site, hid_t result, const std::string& call);

@@ -43,7 +43,8 @@ void write_manifest(const std::string& path, const Manifest& manifest) {
   const h5::Site site(tmp, h5::Blame::kFileSystem, "manifest");
   {
     h5::Handle fapl = writer_fapl(site);
-    h5::Handle file = h5::file(site, H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
+    h5::Handle file =
+        h5::created_file(site, H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
     hid_t root = file.get();
     h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
     h5::write_string_attr(site, root, "kind", step_layout::kManifestKind);
@@ -51,8 +52,7 @@ void write_manifest(const std::string& path, const Manifest& manifest) {
     h5::write_int_attr(site, root, "world_size", H5T_STD_I32LE, manifest.world_size);
     write_group(site, root, "/info", manifest.info);
     write_group(site, root, "/env", manifest.env);
-    site.ok(H5Fflush(root, H5F_SCOPE_GLOBAL), "H5Fflush");
-    site.ok(H5Fclose(file.release()), "H5Fclose");
+    h5::finish_file(site, file);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;

@@ -1,8 +1,5 @@
 // StepWriter: one step file, written to PATH.tmp and renamed to PATH on close().
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -114,8 +111,8 @@ StepWriter::StepWriter(const std::string& path, int rank, int64_t step) : impl_(
     h5::silence_errors();
     const h5::Site& site = impl_->site;
     Handle fapl = writer_fapl(site);
-    impl_->file = h5::file(site, H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                           "H5Fcreate");
+    impl_->file = h5::created_file(
+        site, H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
     hid_t root = impl_->file.get();
     // Written first, so that even a torn .tmp says what it is.
     h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
@@ -307,21 +304,9 @@ void StepWriter::Impl::write_columns() {
 
 void StepWriter::abandon() {
   Impl& im = *impl_;
-  if (im.closed || !im.file.valid()) return;
-  // A close whose flush fails (ENOSPC) leaves a half-closed file that HDF5's
-  // own exit handler then crashes on (seen with HDF5 1.10.8). Redirecting
-  // the file's descriptor to a memory file lets the flush and close succeed.
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(im.file.get(), H5P_DEFAULT, &handle) >= 0 && handle != nullptr) {
-    const int fd = *static_cast<int*>(handle);
-    const int scratch = ::memfd_create("opguard-abandoned-step", MFD_CLOEXEC);
-    if (scratch >= 0) {
-      ::dup2(scratch, fd);
-      ::close(scratch);
-    }
-  }
+  if (im.closed) return;
   im.data_group.reset();
-  H5Fclose(im.file.release());
+  im.file.reset();  // abandons the file (h5::created_file)
   im.closed = true;
 }
 
@@ -331,8 +316,7 @@ void StepWriter::close() {
   im.write_columns();
   const h5::Site& site = im.site;
   im.data_group.reset();
-  site.ok(H5Fflush(im.file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");
-  site.ok(H5Fclose(im.file.release()), "H5Fclose");
+  h5::finish_file(site, im.file);
   im.closed = true;
   if (std::rename(im.tmp_path.c_str(), im.path.c_str()) != 0) {
     int err = errno;

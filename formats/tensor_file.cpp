@@ -74,7 +74,8 @@ void write_tensor_file(const std::string& path, const std::vector<StoredTensor>&
   ::close(fd);
   const h5::Site site(path, h5::Blame::kFileSystem, "tensor file");
   h5::Handle fapl = writer_fapl(site);
-  h5::Handle file = h5::file(site, H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
+  h5::Handle file =
+      h5::created_file(site, H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
   hid_t root = file.get();
   h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
   h5::write_string_attr(site, root, "kind", kKind);
@@ -94,8 +95,7 @@ void write_tensor_file(const std::string& path, const std::vector<StoredTensor>&
     write_int64_array_attr(site, ds.get(), "strides", t.strides);
     h5::write_int_attr(site, ds.get(), "storage_offset", H5T_STD_I64LE, t.storage_offset);
   }
-  site.ok(H5Fflush(root, H5F_SCOPE_GLOBAL), "H5Fflush");
-  site.ok(H5Fclose(file.release()), "H5Fclose");
+  h5::finish_file(site, file);
 }
 
 void write_new_file(const std::string& path, const std::string& text, unsigned mode) {

@@ -158,10 +158,10 @@ class StepWriter {
                        std::size_t nbytes);
   void add_event(Event event);
   void close();  // write event tables, flush, close, rename
-  // After a failed write (disk full): closes the file without writing it
-  // (HDF5's remaining writes go to an anonymous memory file), so that no
-  // half-closed file is left for HDF5 to flush at exit. The .tmp on disk is
-  // left as it was, partial; the caller removes it. Never throws.
+  // After a failed write (disk full): closes the file without writing more of
+  // it (HDF5's remaining writes go to an anonymous memory file; a file whose
+  // flush already failed stays open, see h5::created_file). The .tmp on disk
+  // is left as it was, partial; the caller removes it. Never throws.
   void abandon();
   std::size_t bytes_written() const { return bytes_written_; }
 
