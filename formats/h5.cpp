@@ -214,11 +214,15 @@ void write_int_attr(const Site& site, hid_t loc, const char* name, hid_t type, i
 void write_string_attr(const Site& site, hid_t loc, const std::string& name, const std::string& value) {
   Handle type = string_type(site);
   Handle space = dataspace(site, H5Screate(H5S_SCALAR), "H5Screate");
-  Handle attr = attribute(
-      site, H5Acreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-      "H5Acreate2(" + name + ")");
+  write_string_attr(site, loc, name, value, type.get(), space.get());
+}
+
+void write_string_attr(const Site& site, hid_t loc, const std::string& name, const std::string& value,
+                       hid_t string_type, hid_t scalar_space) {
+  Handle attr = attribute(site, H5Acreate2(loc, name.c_str(), string_type, scalar_space, H5P_DEFAULT, H5P_DEFAULT),
+                          "H5Acreate2(" + name + ")");
   const char* text = value.c_str();
-  site.ok(H5Awrite(attr.get(), type.get(), &text), "H5Awrite(" + name + ")");
+  site.ok(H5Awrite(attr.get(), string_type, &text), "H5Awrite(" + name + ")");
 }
 
 bool has_attr(const Site& site, hid_t loc, const std::string& name) {

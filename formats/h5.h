@@ -126,6 +126,10 @@ Handle copy_type(const Site& site, hid_t predefined);
 // (H5T_STD_I32LE / H5T_STD_I64LE); strings as variable-length UTF-8.
 void write_int_attr(const Site& site, hid_t loc, const char* name, hid_t type, int64_t value);
 void write_string_attr(const Site& site, hid_t loc, const std::string& name, const std::string& value);
+// The same with the string type and a scalar dataspace given (a writer that
+// adds one attribute per dataset keeps them instead of building them each time).
+void write_string_attr(const Site& site, hid_t loc, const std::string& name, const std::string& value,
+                       hid_t string_type, hid_t scalar_space);
 bool has_attr(const Site& site, hid_t loc, const std::string& name);
 // Reads an integer attribute stored as any HDF5 integer type of at most 8 bytes
 // (validating that its class is integer and its dataspace holds one element).

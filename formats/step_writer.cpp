@@ -98,6 +98,12 @@ struct StepWriter::Impl {
   Handle data_group;
   int64_t data_count = 0;
   std::vector<Event> events;
+  // What every /data/<n> is created with, built once per file: building them
+  // per tensor cost about half of the writer's time on small tensors.
+  Handle data_dcpl;
+  Handle string_type;
+  Handle scalar_space;
+  std::vector<Handle> element_types;  // by DType, built on first use
   bool closed = false;
 
   Impl(const std::string& final_path)
@@ -121,6 +127,14 @@ StepWriter::StepWriter(const std::string& path, int rank, int64_t step) : impl_(
     h5::write_int_attr(site, root, "step", H5T_STD_I64LE, step);
     impl_->data_group = h5::group(site, H5Gcreate2(root, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                   "H5Gcreate2(/data)");
+    // Contiguous and never pre-filled: the bytes are written once, straight from
+    // the caller's buffer (HDF5 skips its sieve buffer for large contiguous writes).
+    impl_->data_dcpl = h5::plist(site, H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset create)");
+    site.ok(H5Pset_layout(impl_->data_dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
+    site.ok(H5Pset_fill_time(impl_->data_dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+    impl_->string_type = h5::string_type(site);
+    impl_->scalar_space = h5::dataspace(site, H5Screate(H5S_SCALAR), "H5Screate");
+    impl_->element_types.resize(kNumDTypes);
   } catch (...) {
     delete impl_;
     throw;
@@ -159,17 +173,14 @@ int64_t StepWriter::write_tensor(DType dtype, const std::vector<int64_t>& sizes,
                      ? h5::dataspace(site, H5Screate(H5S_SCALAR), "H5Screate(" + full + ")")
                      : h5::dataspace(site, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                                      "H5Screate_simple(" + full + ")");
-  Handle type = element_type(site, dtype);
-  // Contiguous and never pre-filled: the bytes are written once, straight from
-  // the caller's buffer (HDF5 skips its sieve buffer for large contiguous writes).
-  Handle dcpl = h5::plist(site, H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dataset create)");
-  site.ok(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "H5Pset_layout");
-  site.ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  Handle& type = im.element_types[static_cast<std::size_t>(dtype)];
+  if (!type.valid()) type = element_type(site, dtype);
   Handle ds = h5::dataset(site,
                           H5Dcreate2(im.data_group.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                                     dcpl.get(), H5P_DEFAULT),
+                                     im.data_dcpl.get(), H5P_DEFAULT),
                           "H5Dcreate2(" + full + ")");
-  h5::write_string_attr(site, ds.get(), "dtype", std::string(dtype_name(dtype)));
+  h5::write_string_attr(site, ds.get(), "dtype", std::string(dtype_name(dtype)), im.string_type.get(),
+                        im.scalar_space.get());
   if (nbytes > 0) {
     site.ok(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes), "H5Dwrite(" + full + ")");
   }
