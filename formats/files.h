@@ -9,10 +9,11 @@
 
 namespace opguard::formats {
 
-// The file access property list of every file opguard writes: the HDF5 1.8
-// object format (checksummed object headers, readable by HDF5 >= 1.8 and h5py)
-// and a close that releases everything still open.
-h5::Handle writer_fapl(const h5::Site& site);
+// Creates (truncates) site.path() as every file opguard writes is created: the
+// HDF5 1.8 object format (checksummed object headers, readable by HDF5 >= 1.8
+// and h5py) and a close that releases everything still open. Close it with
+// h5::finish_file; dropping the handle abandons it (h5::created_file).
+h5::Handle create_file(const h5::Site& site);
 
 // Opens site.path() read-only after checking, in this order, that it is a
 // regular file, an HDF5 file, an opguard file (root attribute opguard_format),

@@ -107,7 +107,7 @@ Handle file(const Site& site, hid_t result, const std::string& call);
 //   descriptor is pointed at an empty memory file first, so that the flush and
 //   close cannot fail; the caller removes what reached the disk.
 // A file that still cannot be closed is left open, and HDF5 is then not shut
-// down at exit (see keep_library_at_exit in h5.cpp).
+// down at exit (see close_library_at_exit in h5.cpp).
 Handle created_file(const Site& site, hid_t result, const std::string& call);
 void finish_file(const Site& site, Handle& file);
 Handle group(const Site& site, hid_t result, const std::string& call);

@@ -42,9 +42,7 @@ void write_manifest(const std::string& path, const Manifest& manifest) {
   const std::string tmp = path + ".tmp";
   const h5::Site site(tmp, h5::Blame::kFileSystem, "manifest");
   {
-    h5::Handle fapl = writer_fapl(site);
-    h5::Handle file =
-        h5::created_file(site, H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
+    h5::Handle file = create_file(site);
     hid_t root = file.get();
     h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
     h5::write_string_attr(site, root, "kind", step_layout::kManifestKind);

@@ -116,9 +116,7 @@ StepWriter::StepWriter(const std::string& path, int rank, int64_t step) : impl_(
   try {
     h5::silence_errors();
     const h5::Site& site = impl_->site;
-    Handle fapl = writer_fapl(site);
-    impl_->file = h5::created_file(
-        site, H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
+    impl_->file = create_file(site);
     hid_t root = impl_->file.get();
     // Written first, so that even a torn .tmp says what it is.
     h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);

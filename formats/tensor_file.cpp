@@ -73,9 +73,7 @@ void write_tensor_file(const std::string& path, const std::vector<StoredTensor>&
   }
   ::close(fd);
   const h5::Site site(path, h5::Blame::kFileSystem, "tensor file");
-  h5::Handle fapl = writer_fapl(site);
-  h5::Handle file =
-      h5::created_file(site, H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
+  h5::Handle file = create_file(site);
   hid_t root = file.get();
   h5::write_int_attr(site, root, "opguard_format", H5T_STD_I32LE, kFormatVersion);
   h5::write_string_attr(site, root, "kind", kKind);
