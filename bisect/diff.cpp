@@ -169,7 +169,7 @@ bool is_write_only(const StepEvents& s, std::size_t event, std::size_t r, const 
 // word sequences of one length that differ in one word never get equal
 // signatures. No buffer is written: bytes written through a char pointer made
 // the compiler reload every column pointer after each one (130 ns per event;
-// the diff of 1M events spent 0.26 s in signatures, now about a third).
+// the diff of 1M events spent 0.26 s in signatures, now about half that).
 class SignatureHash {
  public:
   void add(uint64_t word) {
