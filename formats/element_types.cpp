@@ -52,4 +52,25 @@ h5::Handle element_type(const h5::Site& site, DType dtype) {
   return {};
 }
 
+bool needs_dtype_attribute(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kBool:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return true;
+    default: return false;
+  }
+}
+
+std::optional<DType> dtype_of_element_type(const h5::Site& site, hid_t file_type) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const auto dtype = static_cast<DType>(d);
+    if (needs_dtype_attribute(dtype)) continue;
+    const h5::Handle type = element_type(site, dtype);
+    if (site.tri(H5Tequal(file_type, type.get()), "H5Tequal")) return dtype;
+  }
+  return std::nullopt;
+}
+
 }  // namespace opguard::formats

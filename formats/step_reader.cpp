@@ -362,15 +362,22 @@ TensorData StepReader::read_tensor(int64_t data_index) const {
     site.fail("it has no " + full + " although /data holds " + std::to_string(im.data_count) + " datasets");
   }
   Handle ds = h5::dataset(site, H5Dopen2(im.data_group.get(), name.c_str(), H5P_DEFAULT), "H5Dopen2(" + full + ")");
-  if (!h5::has_attr(site, ds.get(), "dtype")) site.fail(full + " has no dtype attribute");
-  std::string dtype_text = h5::read_string_attr(site, ds.get(), "dtype");
-  std::optional<DType> dtype = dtype_from_name(dtype_text);
-  if (!dtype) site.fail(full + " has the unknown dtype \"" + dtype_text + "\"");
-  Handle type = element_type(site, *dtype);
   Handle file_type = h5::datatype(site, H5Dget_type(ds.get()), "H5Dget_type(" + full + ")");
-  if (!site.tri(H5Tequal(file_type.get(), type.get()), "H5Tequal(" + full + ")")) {
-    site.fail(full + " is stored as an HDF5 type that is not the one for its dtype " + dtype_text);
+  // The dtype attribute where the HDF5 type does not tell the dtype, else the type itself.
+  std::optional<DType> dtype;
+  if (h5::has_attr(site, ds.get(), "dtype")) {
+    const std::string dtype_text = h5::read_string_attr(site, ds.get(), "dtype");
+    dtype = dtype_from_name(dtype_text);
+    if (!dtype) site.fail(full + " has the unknown dtype \"" + dtype_text + "\"");
+    Handle type = element_type(site, *dtype);
+    if (!site.tri(H5Tequal(file_type.get(), type.get()), "H5Tequal(" + full + ")")) {
+      site.fail(full + " is stored as an HDF5 type that is not the one for its dtype " + dtype_text);
+    }
+  } else {
+    dtype = dtype_of_element_type(site, file_type.get());
+    if (!dtype) site.fail(full + " has no dtype attribute and an HDF5 type that names no dtype without one");
   }
+  Handle type = element_type(site, *dtype);
   Handle space = h5::dataspace(site, H5Dget_space(ds.get()), "H5Dget_space(" + full + ")");
   H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
   TensorData out;

@@ -177,8 +177,10 @@ int64_t StepWriter::write_tensor(DType dtype, const std::vector<int64_t>& sizes,
                           H5Dcreate2(im.data_group.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
                                      im.data_dcpl.get(), H5P_DEFAULT),
                           "H5Dcreate2(" + full + ")");
-  h5::write_string_attr(site, ds.get(), "dtype", std::string(dtype_name(dtype)), im.string_type.get(),
-                        im.scalar_space.get());
+  if (needs_dtype_attribute(dtype)) {
+    h5::write_string_attr(site, ds.get(), "dtype", std::string(dtype_name(dtype)), im.string_type.get(),
+                          im.scalar_space.get());
+  }
   if (nbytes > 0) {
     site.ok(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes), "H5Dwrite(" + full + ")");
   }

@@ -5,6 +5,7 @@
 // normalising write path would change.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <hdf5.h>
 
 #include <cstring>
 #include <string>
@@ -130,6 +131,59 @@ TEST_CASE("every dtype round-trips bit for bit through a step file, NaN payloads
     REQUIRE(data.bytes.size() == written[i].size());
     CHECK(std::memcmp(data.bytes.data(), written[i].data(), written[i].size()) == 0);
   }
+}
+
+// Format 3: the dtype attribute is where the HDF5 type does not tell the dtype.
+TEST_CASE("/data/<n> carries a dtype attribute exactly for float16, bfloat16, bool and the float8s") {
+  TempDir tmp;
+  const std::string path = tmp / "step00000000.h5";
+  {
+    fmts::StepWriter writer(path, 0, 0);
+    for (DType d : all_dtypes()) {
+      std::vector<uint8_t> bytes = crafted_bytes(d);
+      writer.write_tensor(d, {elements(d, bytes)}, bytes.data(), bytes.size());
+    }
+    writer.close();
+  }
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  for (DType d : all_dtypes()) {
+    CAPTURE(opguard::dtype_name(d));
+    const std::string name = "/data/" + std::to_string(static_cast<int>(d));
+    const bool expected = d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kBool ||
+                          d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2;
+    CHECK(H5Aexists_by_name(file, name.c_str(), "dtype", H5P_DEFAULT) == (expected ? 1 : 0));
+  }
+  H5Fclose(file);
+}
+
+TEST_CASE("a /data dataset whose dtype attribute is missing where its HDF5 type does not tell the dtype is refused") {
+  TempDir tmp;
+  const std::string path = tmp / "step00000000.h5";
+  std::vector<uint8_t> half = crafted_bytes(DType::kFloat16), flags = crafted_bytes(DType::kBool);
+  {
+    fmts::StepWriter writer(path, 0, 0);
+    writer.write_tensor(DType::kFloat16, {elements(DType::kFloat16, half)}, half.data(), half.size());
+    writer.write_tensor(DType::kBool, {elements(DType::kBool, flags)}, flags.data(), flags.size());
+    writer.close();
+  }
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  CHECK(H5Adelete_by_name(file, "/data/0", "dtype", H5P_DEFAULT) >= 0);
+  CHECK(H5Adelete_by_name(file, "/data/1", "dtype", H5P_DEFAULT) >= 0);
+  H5Fclose(file);
+  fmts::StepReader reader(path);
+  CHECK_THROWS_WITH_AS(reader.read_tensor(int64_t{0}), doctest::Contains("has no dtype attribute"),
+                       opguard::FormatError);
+  // Without its attribute a bool tensor reads as the uint8 its HDF5 type names,
+  // which its value row then contradicts.
+  CHECK(reader.read_tensor(int64_t{1}).dtype == DType::kUInt8);
+  fmts::TensorMeta meta;
+  meta.dtype = DType::kBool;
+  meta.sizes = {elements(DType::kBool, flags)};
+  meta.strides = {1};
+  meta.data_index = 1;
+  CHECK_THROWS_AS(reader.read_tensor(meta), opguard::FormatError);
 }
 
 TEST_CASE("a multi-dimensional tensor keeps its shape and its row-major bytes") {

@@ -27,7 +27,7 @@ namespace opguard::formats {
 
 // This version number is the layout of the files, not opguard's version: bump it
 // when a group, dataset, column or attribute changes meaning or disappears.
-inline constexpr int kFormatVersion = 2;
+inline constexpr int kFormatVersion = 3;
 
 enum class Phase : uint8_t { kForward = 0, kBackward = 1, kOptimizer = 2, kOther = 3 };
 const char* phase_name(Phase p);
