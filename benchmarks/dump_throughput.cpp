@@ -111,7 +111,7 @@ double write_with_step_writer(const std::vector<Step>& steps, const std::vector<
                               const std::string& dir) {
   auto t0 = std::chrono::steady_clock::now();
   for (const Step& s : steps) {
-    fmts::StepWriter writer(dir + "/" + fmts::step_file_name(s.step), 0, s.step);
+    fmts::StepWriter writer(dir + "/" + fmts::step_file_name(s.step), 0, s.step, /*full_tensors=*/true);
     for (const Tensor& t : s.tensors) writer.write_tensor(t.dtype, t.sizes, source.data(), t.nbytes);
     for (const fmts::Event& e : s.events) writer.add_event(e);
     writer.close();

@@ -9,10 +9,12 @@
 
 namespace opguard::formats {
 
-h5::Handle create_file(const h5::Site& site) {
+h5::Handle create_file(const h5::Site& site, std::size_t metadata_block) {
   h5::Handle fapl = h5::plist(site, H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)");
   site.ok(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
   site.ok(H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG), "H5Pset_fclose_degree");
+  if (metadata_block > 0)
+    site.ok(H5Pset_meta_block_size(fapl.get(), metadata_block), "H5Pset_meta_block_size");
   return h5::created_file(site, H5Fcreate(site.path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "H5Fcreate");
 }
 

@@ -162,7 +162,7 @@ void Writer::release(uint64_t bytes) {
 void Writer::write_event(PendingEvent& pending) {
   if (!step_writer_) {
     const std::string path = rank_dir_ + "/" + formats::step_file_name(open_step_);
-    step_writer_ = std::make_unique<formats::StepWriter>(path, rank_, open_step_);
+    step_writer_ = std::make_unique<formats::StepWriter>(path, rank_, open_step_, config_.policy.dumps_anything());
   }
   formats::Event& ev = pending.event;
   ev.op = pending.op->op;
