@@ -162,6 +162,38 @@ int main(int argc, char** argv) {
     for (uint64_t v : h) g_sink = g_sink + v;
   });
 
+  // Transposed matrices (t() of a weight, read by backward's mm): the view is
+  // gathered row-major chunk by chunk before hashing. One the size of a
+  // tiny_gpt weight (512 KiB, the same view hashed over and over: in cache,
+  // as a weight or activation that was just computed), and the whole buffer
+  // as one 1024-row matrix (from memory; columns 4 KiB apart, a page each).
+  struct Transposed {
+    int64_t rows, cols;  // of the contiguous matrix; the view is cols x rows
+    double seconds = 0, pooled = 0;
+    bool equal = false;
+  };
+  std::vector<Transposed> transposed_cases = {{128, 1024}, {static_cast<int64_t>(src.size()) / 1024, 1024}};
+  for (Transposed& c : transposed_cases) {
+    const int64_t n = c.rows * c.cols;
+    const int64_t count = static_cast<int64_t>(src.size()) / n;
+    const bool in_cache = count > 1;
+    const int64_t t_sizes[] = {c.cols, c.rows}, t_strides[] = {1, c.cols};
+    auto view_at = [&](int64_t k) {
+      return kernels::TensorView{opguard::DType::kFloat32, t_sizes, t_strides, 2, src.data() + k * n};
+    };
+    c.seconds = best_seconds(repeats, [&] {
+      for (int64_t k = 0; k < count; ++k) g_sink = g_sink + kernels::fingerprint(view_at(in_cache ? 0 : k));
+    }) / static_cast<double>(count);
+    c.pooled = best_seconds(repeats, [&] {
+      for (int64_t k = 0; k < count; ++k) g_sink = g_sink + kernels::fingerprint(view_at(in_cache ? 0 : k), &pool);
+    }) / static_cast<double>(count);
+    kernels::gather_contiguous(view_at(0), dst.data());
+    c.equal = kernels::fingerprint(view_at(0)) == kernels::fingerprint(view_at(0), &pool) &&
+              kernels::fingerprint(view_at(0)) ==
+              kernels::fingerprint_contiguous(opguard::DType::kFloat32, t_sizes, 2, dst.data(),
+                                              static_cast<std::size_t>(n) * sizeof(float));
+  }
+
   std::printf("buffer %zu MiB float32, best of %d, %d thread(s) in the pool\n", mib, repeats, threads);
   std::printf("cpu memcpy (1 thread)      %8.2f GB/s\n", gbps(bytes, t_copy));
   std::printf("cpu XXH3-64 (1 thread)     %8.2f GB/s  (xxhash %u, runtime-dispatched)\n", gbps(bytes, t_xxh),
@@ -172,8 +204,18 @@ int main(int argc, char** argv) {
               gbps(bytes, t_fpn), gbps(bytes, t_fpn) / threads, t_xxh / t_fpn / threads);
   std::printf("cpu XXH3-64 %2d threads     %8.2f GB/s  (a slice per thread); fingerprint %d threads / XXH3 %d threads "
               "%.3f\n", threads, gbps(bytes, t_xxhn), threads, threads, t_xxhn / t_fpn);
-  std::printf("fingerprint 1 thread == %d threads: %s\n", threads, single == parallel ? "yes" : "NO");
-  if (single != parallel) return 1;
+  bool transposed_ok = true;
+  for (const Transposed& c : transposed_cases) {
+    const std::size_t n_bytes = static_cast<std::size_t>(c.rows * c.cols) * sizeof(float);
+    std::printf("cpu fingerprint t() %5lld x %-6lld %6.2f GB/s  (1 thread, %zu KiB view) ratio to XXH3 %.3f; "
+                "%d threads %.2f GB/s\n",
+                static_cast<long long>(c.cols), static_cast<long long>(c.rows), gbps(n_bytes, c.seconds),
+                n_bytes >> 10, gbps(n_bytes, c.seconds) / gbps(bytes, t_xxh), threads, gbps(n_bytes, c.pooled));
+    transposed_ok = transposed_ok && c.equal;
+  }
+  std::printf("fingerprint 1 thread == %d threads: %s; transposed views == their row-major copies: %s\n", threads,
+              single == parallel ? "yes" : "NO", transposed_ok ? "yes" : "NO");
+  if (single != parallel || !transposed_ok) return 1;
 #ifdef OPGUARD_BENCH_CUDA
   if (cuda && kernels::cuda_available()) bench_cuda(src, repeats, single);
   else std::printf("cuda: %s\n", cuda ? "no usable GPU here (skipped)" : "skipped (--no-cuda)");

@@ -8,6 +8,7 @@
 // work happens on the writer thread.
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
@@ -124,6 +125,13 @@ struct Context : at::ObserverContext {
   Kind kind;
   std::unique_ptr<PendingEvent> pending;
   bool dump = false;  // the sampling policy keeps this event's tensors in full
+  // kEvent: RecordFunction is off on this thread until on_end (the ops this
+  // op calls are not events, and observing them cost more than the hook).
+  bool hides_nested = false;
+  // kEvent in forward: the autograd sequence numbers before the op ran; the
+  // nodes it (or an op it calls) creates take the numbers up to on_end's.
+  bool forward_nodes = false;
+  uint64_t seq_begin = 0;
 };
 
 }  // namespace
@@ -239,6 +247,15 @@ struct RecorderImpl {
   std::mutex node_mutex;
   TableMemory node_memory;
   std::pmr::unordered_map<uint64_t, const std::string*> node_scopes{&node_memory.pool};
+  // Autograd nodes [seq_begin, seq_end) of RecordFunction thread `thread`
+  // were created under `scope`.
+  void remember_node_scopes(uint64_t thread, uint64_t seq_begin, uint64_t seq_end, const std::string* scope) {
+    // A composite op creates a handful of nodes; the cap bounds a surprise.
+    seq_end = std::min(seq_end, seq_begin + 4096);
+    std::lock_guard<std::mutex> lock(node_mutex);
+    if (node_scopes.size() > (1u << 20)) node_scopes.clear();
+    for (uint64_t seq = seq_begin; seq < seq_end; ++seq) node_scopes[(thread << 40) ^ seq] = scope;
+  }
 
   const std::string* intern_scope(const std::string& s) {
     std::lock_guard<std::mutex> lock(intern_mutex);
@@ -254,7 +271,7 @@ struct RecorderImpl {
   uint64_t storage_id(const at::Tensor& t);
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
   bool cached_fingerprint(formats::TensorMeta& m, bool contiguous);
-  void cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks);
+  void cache_chunks(const formats::TensorMeta& m, bool contiguous, const std::vector<uint64_t>& chunks);
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
@@ -418,7 +435,7 @@ void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
   fingerprint_cache.erase(id);
 }
 
-void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, std::vector<uint64_t> chunks) {
+void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, const std::vector<uint64_t>& chunks) {
   if (!contiguous && m.sizes.size() > static_cast<std::size_t>(kMaxCachedDims)) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (fingerprint_cache.size() >= kMaxCachedStorages) fingerprint_cache.clear();
@@ -447,7 +464,7 @@ void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, s
   }
   v.n_chunks = static_cast<uint32_t>(chunks.size());
   if (chunks.size() > kInlineChunks) {
-    v.more_chunks = std::move(chunks);
+    v.more_chunks = chunks;
   } else {
     std::vector<uint64_t>().swap(v.more_chunks);
     std::copy(chunks.begin(), chunks.end(), v.chunks);
@@ -603,7 +620,7 @@ struct ValueBuilder {
       try {
         at::Tensor host = t.device().is_cpu() ? t : t.cpu();  // the CUDA path hashes on the device (kernels/)
         view.data = host.const_data_ptr();
-        std::vector<uint64_t> chunks;
+        thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         kernels::chunk_hashes(view, &chunks, rec.pool.get());
         m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim,
                                                       static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype),
@@ -614,7 +631,7 @@ struct ValueBuilder {
           task.has_bytes = true;
           pending.queued_bytes += task.bytes.size();
         }
-        rec.cache_chunks(m, contiguous, std::move(chunks));
+        rec.cache_chunks(m, contiguous, chunks);
       } catch (const std::exception&) {
         // A tensor we cannot read (freed device memory, an exotic layout):
         // keep the event without this fingerprint.
@@ -867,6 +884,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         auto it = rec.node_scopes.find(key);
         if (it != rec.node_scopes.end()) frame.scope = it->second;
       }
+      if (frame.scope != nullptr && !ts.nodes.empty() && ts.nodes.back().node == frame.node) {
+        // The engine's "evaluate_function" range around this node (it has no
+        // sequence number): the ops it runs after the node itself (the
+        // sum_to of validate_outputs) belong to the node's scope too.
+        ts.nodes.back().scope = frame.scope;
+      }
       if (frame.scope == nullptr && !ts.nodes.empty()) frame.scope = ts.nodes.back().scope;
       ts.nodes.push_back(std::move(frame));
       return std::make_unique<Context>(Context::kNode);
@@ -879,11 +902,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (fn.seqNr() >= 0 && ts.nodes.empty()) {
     // Remember the module scope of the autograd node this op creates, so
     // that its backward ops carry the same scope.
-    const uint64_t key = (fn.threadId() << 40) ^ static_cast<uint64_t>(fn.seqNr());
-    const std::string* scope = current_scope(rec, ts);
-    std::lock_guard<std::mutex> lock(rec.node_mutex);
-    if (rec.node_scopes.size() > (1u << 20)) rec.node_scopes.clear();
-    rec.node_scopes[key] = scope;
+    const auto seq = static_cast<uint64_t>(fn.seqNr());
+    rec.remember_node_scopes(fn.threadId(), seq, seq + 1, current_scope(rec, ts));
   }
   if (depth > 0) return nullptr;  // nested inside another op: not an event
   if (!rec.opened.load(std::memory_order_acquire)) {
@@ -935,18 +955,30 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // Inputs are hashed now, before the op can overwrite any of them.
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
   inputs.hand_over();
+  if (ts.nodes.empty()) {
+    ctx->forward_nodes = true;
+    ctx->seq_begin = at::sequence_number::peek();
+  }
+  // The ops this op calls are not events: RecordFunction is off on this
+  // thread (and, through torch's thread-local state, on the intra-op threads
+  // it hands work to) until on_end. The nodes those ops create get their
+  // scope from the sequence numbers in on_end. Other observers (the
+  // profiler) do not see the nested ops of a recorded program either.
+  at::enableRecordFunction(false);
+  ctx->hides_nested = true;
   ev.t_start_ns = now_ns();
   return ctx;
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+  auto* ctx = static_cast<Context*>(raw);
+  if (ctx != nullptr && ctx->hides_nested) at::enableRecordFunction(true);  // before any return
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return;
   RecorderImpl* recp = g_recorder;
   if (recp == nullptr) return;
   RecorderImpl& rec = *recp;
   ThreadState& ts = t_state;
   if (!ts.initialised || ts.generation != rec.generation) return;
-  auto* ctx = static_cast<Context*>(raw);
   if (ctx == nullptr) {
     if (fn.operator_name() && ts.op_depth > 0) --ts.op_depth;
     return;
@@ -971,6 +1003,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       break;
   }
   if (ts.op_depth > 0) --ts.op_depth;
+  if (ctx->forward_nodes && ctx->pending) {
+    const uint64_t seq_end = at::sequence_number::peek();
+    if (seq_end > ctx->seq_begin) rec.remember_node_scopes(fn.threadId(), ctx->seq_begin, seq_end, ctx->pending->scope);
+  }
   if (!ctx->pending || !rec.active.load() || rec.failed.load() || !rec.writer) return;
   PendingEvent& pending = *ctx->pending;
   formats::Event& ev = pending.event;

@@ -81,6 +81,60 @@ TEST_CASE("a non-contiguous view has the fingerprint of its row-major copy") {
   REQUIRE(fingerprint(transposed, &pool) == fingerprint(contiguous));
 }
 
+namespace {
+
+// Row-major copy of a strided view, one element at a time by index arithmetic.
+std::vector<uint8_t> naive_gather(const std::vector<uint8_t>& base, std::size_t es,
+                                  const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  std::vector<uint8_t> out(static_cast<std::size_t>(numel) * es);
+  for (int64_t flat = 0; flat < numel; ++flat) {
+    int64_t rem = flat, offset = 0;
+    for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+      offset += (rem % sizes[d]) * strides[d];
+      rem /= sizes[d];
+    }
+    std::memcpy(out.data() + flat * es, base.data() + offset * es, es);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("batched transposes of every element size gather and hash like their row-major copy") {
+  // Rows that do not divide the 1 MiB chunk, matrices that end inside a
+  // chunk, a single row per matrix, an expanded (stride 0) inner dimension.
+  struct Case {
+    std::vector<int64_t> sizes, strides;
+    int64_t base_elems;
+  };
+  const std::vector<Case> cases = {
+      {{3, 700, 333}, {333 * 700, 1, 700}, 3 * 333 * 700},  // transpose(-1, -2) of (3, 333, 700)
+      {{5, 1, 9}, {1, 1, 5}, 45},
+      {{2, 3, 17, 5}, {255, 85, 1, 17}, 510},
+      {{4, 64, 1000}, {64, 1, 0}, 4 * 64},  // expanded along the last dimension
+      {{1031, 257}, {1, 1031}, 1031 * 257},
+  };
+  HashPool pool(3);
+  for (std::size_t es : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
+    const DType dtype = es == 1 ? DType::kUInt8 : es == 2 ? DType::kInt16 : es == 4 ? DType::kInt32 : DType::kInt64;
+    for (const Case& c : cases) {
+      CAPTURE(es);
+      CAPTURE(c.sizes.size());
+      CAPTURE(c.sizes[0]);
+      const auto base = random_bytes(static_cast<std::size_t>(c.base_elems) * es, 11);
+      const auto expected = naive_gather(base, es, c.sizes, c.strides);
+      TensorView view{dtype, c.sizes.data(), c.strides.data(), static_cast<int>(c.sizes.size()), base.data()};
+      std::vector<uint8_t> gathered(expected.size());
+      gather_contiguous(view, gathered.data());
+      REQUIRE(gathered == expected);
+      REQUIRE(fingerprint(view) == reference_fingerprint(dtype, c.sizes, expected));
+      REQUIRE(fingerprint(view, &pool) == reference_fingerprint(dtype, c.sizes, expected));
+    }
+  }
+}
+
 TEST_CASE("a broadcast view with zero strides hashes its expanded contents") {
   std::vector<float> row = {1.f, 2.f, 3.f};
   std::vector<int64_t> sizes = {4, 3}, strides = {0, 1};

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -169,6 +170,49 @@ TEST_CASE("backward ops are events of phase backward with the scope of their for
   auto mm = find_ops(r, "aten::mm");
   REQUIRE(mm[0]->phase == opguard::formats::Phase::kForward);
   REQUIRE(mm[0]->scope == "layer");
+}
+
+TEST_CASE("the autograd nodes that the ops inside a composite op create carry the composite op's scope") {
+  // at::linear is one event; the addmm (or mm) and t it calls are not, and
+  // they create the nodes whose backward ops must still say "proj".
+  at::Tensor x = at::ones({3, 4});
+  at::Tensor w = at::full({2, 4}, 0.5).set_requires_grad(true);
+  at::Tensor b = at::zeros({2}).set_requires_grad(true);
+  auto r = record([&] {
+    at::Tensor y;
+    {
+      opguard::Scope s("proj");
+      y = at::linear(x, w, b);
+    }
+    y.sum().backward();
+    opguard::mark_step();
+  });
+  REQUIRE(find_ops(r, "aten::linear").size() == 1);
+  REQUIRE(find_ops(r, "aten::addmm").empty());
+  std::set<std::string> nodes;
+  for (const auto& e : r.events) {
+    if (e.phase != opguard::formats::Phase::kBackward || e.node.empty() || e.node == "SumBackward0") continue;
+    if (e.node.rfind("torch::autograd::AccumulateGrad", 0) == 0) continue;
+    nodes.insert(e.node);
+    CAPTURE(e.node);
+    CAPTURE(e.op);
+    REQUIRE(e.scope == "proj");
+  }
+  MESSAGE("backward nodes of linear: " << nodes.size());
+  REQUIRE(nodes.count("AddmmBackward0") == 1);
+}
+
+TEST_CASE("RecordFunction is on again after a recorded op, also when the op throws") {
+  auto r = record([&] {
+    REQUIRE(at::isRecordFunctionEnabled());
+    at::Tensor y = at::ones({2, 2}).add(1);
+    REQUIRE(at::isRecordFunctionEnabled());
+    REQUIRE_THROWS(at::mm(at::ones({2, 3}), at::ones({2, 3})));
+    REQUIRE(at::isRecordFunctionEnabled());
+    at::Tensor z = y.mul(2);
+    opguard::mark_step();
+  });
+  REQUIRE(find_ops(r, "aten::mul").size() == 1);
 }
 
 TEST_CASE("mark_step ends a step: events after it are in the next step file") {
