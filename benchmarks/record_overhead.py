@@ -67,15 +67,23 @@ def main():
                 baseline.append(step_ms([sys.executable, os.path.join(HERE, "dispatch_mode_baseline.py"), out] + cmd[1:]))
                 shutil.rmtree(out, ignore_errors=True)
         base = statistics.median(plain)
-        rows.append((name, "unrecorded", base, 1.0))
-        rows.append((name, "opguard record (fingerprints)", statistics.median(recorded), statistics.median(recorded) / base))
+
+        def paired(xs):  # each repeat against the unrecorded run next to it: drift cancels
+            return statistics.median(x / p for x, p in zip(xs, plain))
+
+        rows.append((name, "unrecorded", base, 1.0, 1.0))
+        rows.append((name, "opguard record (fingerprints)", statistics.median(recorded),
+                     statistics.median(recorded) / base, paired(recorded)))
         if baseline:
-            rows.append((name, "TorchDispatchMode + torch.save", statistics.median(baseline), statistics.median(baseline) / base))
+            rows.append((name, "TorchDispatchMode + torch.save", statistics.median(baseline),
+                         statistics.median(baseline) / base, paired(baseline)))
     shutil.rmtree(tmp, ignore_errors=True)
     print("size: %s --threads %d, %d steps, median of %d interleaved repeats" % (a.size, a.threads, a.steps, a.repeats))
-    print("%-20s %-32s %12s %8s" % ("program", "mode", "step ms", "ratio"))
+    print("%-20s %-32s %12s %8s %8s" % ("program", "mode", "step ms", "ratio", "paired"))
     for r in rows:
-        print("%-20s %-32s %12.1f %8.3f" % r)
+        print("%-20s %-32s %12.1f %8.3f %8.3f" % r)
+    print("ratio: median step time over the unrecorded median; paired: median over repeats of each "
+          "run's step time over the unrecorded run just before it")
 
 
 if __name__ == "__main__":

@@ -960,8 +960,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ctx->seq_begin = at::sequence_number::peek();
   }
   // The ops this op calls are not events: RecordFunction is off on this
-  // thread (and, through torch's thread-local state, on the intra-op threads
-  // it hands work to) until on_end. The nodes those ops create get their
+  // thread until on_end. The nodes those ops create get their
   // scope from the sequence numbers in on_end. Other observers (the
   // profiler) do not see the nested ops of a recorded program either.
   at::enableRecordFunction(false);
