@@ -962,9 +962,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // The ops this op calls are not events: RecordFunction is off on this
   // thread until on_end. The nodes those ops create get their
   // scope from the sequence numbers in on_end. Other observers (the
-  // profiler) do not see the nested ops of a recorded program either.
-  at::enableRecordFunction(false);
-  ctx->hides_nested = true;
+  // profiler) do not see the nested ops of a recorded program either. An
+  // async range may end on another thread: left alone.
+  if (!fn.isAsync()) {
+    at::enableRecordFunction(false);
+    ctx->hides_nested = true;
+  }
   ev.t_start_ns = now_ns();
   return ctx;
 }
