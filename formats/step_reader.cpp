@@ -365,19 +365,20 @@ TensorData StepReader::read_tensor(int64_t data_index) const {
   Handle file_type = h5::datatype(site, H5Dget_type(ds.get()), "H5Dget_type(" + full + ")");
   // The dtype attribute where the HDF5 type does not tell the dtype, else the type itself.
   std::optional<DType> dtype;
-  if (h5::has_attr(site, ds.get(), "dtype")) {
-    const std::string dtype_text = h5::read_string_attr(site, ds.get(), "dtype");
+  std::string dtype_text;
+  const bool has_dtype_attr = h5::has_attr(site, ds.get(), "dtype");
+  if (has_dtype_attr) {
+    dtype_text = h5::read_string_attr(site, ds.get(), "dtype");
     dtype = dtype_from_name(dtype_text);
     if (!dtype) site.fail(full + " has the unknown dtype \"" + dtype_text + "\"");
-    Handle type = element_type(site, *dtype);
-    if (!site.tri(H5Tequal(file_type.get(), type.get()), "H5Tequal(" + full + ")")) {
-      site.fail(full + " is stored as an HDF5 type that is not the one for its dtype " + dtype_text);
-    }
   } else {
     dtype = dtype_of_element_type(site, file_type.get());
     if (!dtype) site.fail(full + " has no dtype attribute and an HDF5 type that names no dtype without one");
   }
   Handle type = element_type(site, *dtype);
+  if (has_dtype_attr && !site.tri(H5Tequal(file_type.get(), type.get()), "H5Tequal(" + full + ")")) {
+    site.fail(full + " is stored as an HDF5 type that is not the one for its dtype " + dtype_text);
+  }
   Handle space = h5::dataspace(site, H5Dget_space(ds.get()), "H5Dget_space(" + full + ")");
   H5S_class_t space_class = H5Sget_simple_extent_type(space.get());
   TensorData out;

@@ -899,9 +899,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
   // An operator.
   const int depth = ts.op_depth++;
-  if (fn.seqNr() >= 0 && ts.nodes.empty()) {
+  if (depth > 0 && fn.seqNr() >= 0 && ts.nodes.empty()) {
     // Remember the module scope of the autograd node this op creates, so
-    // that its backward ops carry the same scope.
+    // that its backward ops carry the same scope. (A nested op seen here runs
+    // inside an op that is not an event; an event's nodes are remembered in
+    // on_end, from the sequence numbers it consumed.)
     const auto seq = static_cast<uint64_t>(fn.seqNr());
     rec.remember_node_scopes(fn.threadId(), seq, seq + 1, current_scope(rec, ts));
   }
@@ -916,6 +918,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
   auto ctx = std::make_unique<Context>(Context::kEvent);
   ctx->pending = std::make_unique<PendingEvent>();
+  if (ts.nodes.empty()) {
+    // Before anything can take a sequence number: the op's own node has the
+    // number the dispatcher gave fn.seqNr().
+    ctx->forward_nodes = true;
+    ctx->seq_begin = at::sequence_number::peek();
+  }
   PendingEvent& pending = *ctx->pending;
   formats::Event& ev = pending.event;
   const Phase phase = current_phase(ts);
@@ -955,10 +963,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // Inputs are hashed now, before the op can overwrite any of them.
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
   inputs.hand_over();
-  if (ts.nodes.empty()) {
-    ctx->forward_nodes = true;
-    ctx->seq_begin = at::sequence_number::peek();
-  }
   // The ops this op calls are not events: RecordFunction is off on this
   // thread until on_end. The nodes those ops create get their
   // scope from the sequence numbers in on_end. Other observers (the
