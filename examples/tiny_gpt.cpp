@@ -71,6 +71,7 @@ struct Options {
   int64_t print_every = 1;  // <= 0: print no step lines, only the final one
   bool mkldnn = true;       // oneDNN (at::globalContext().setUserEnabledMkldnn)
   int64_t tp = 1;           // > 1: the MLP down-projection as a P-way row-parallel linear (row_parallel_linear)
+  std::string device = "cpu";  // cpu, cuda or cuda:N: parameters are drawn on the CPU, then moved
 };
 
 class UsageError : public std::runtime_error {
@@ -82,7 +83,7 @@ constexpr const char* kUsage =
     "                [--batch N] [--threads N] [--dtype float32|float64|bfloat16]\n"
     "                [--seed N] [--tied] [--dropout P] [--lr X] [--weight-decay X]\n"
     "                [--corpus PATH] [--out-params PATH] [--print-every K]\n"
-    "                [--mkldnn on|off] [--tp P]\n";
+    "                [--mkldnn on|off] [--tp P] [--device cpu|cuda[:N]]\n";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
   std::size_t used = 0;
@@ -135,7 +136,7 @@ Options parse_options(int argc, char** argv) {
     }
     static const char* const kValueFlags[] = {
         "--steps", "--width",   "--depth",  "--heads", "--seq",          "--batch",     "--threads",
-        "--seed",  "--dropout", "--lr",     "--dtype", "--weight-decay", "--corpus",    "--out-params",
+        "--seed",  "--device", "--dropout", "--lr",     "--dtype", "--weight-decay", "--corpus",    "--out-params",
         "--print-every", "--mkldnn", "--tp"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags)) {
       throw UsageError("unknown flag '" + flag + "'");
@@ -159,6 +160,10 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--out-params") o.out_params = value;
     else if (flag == "--print-every") o.print_every = parse_int(flag, value, 0);
     else if (flag == "--tp") o.tp = parse_int(flag, value, 1);
+    else if (flag == "--device") {
+      if (value != "cpu" && value.rfind("cuda", 0) != 0) throw UsageError("--device wants cpu or cuda[:N], got '" + value + "'");
+      o.device = value;
+    }
     else if (flag == "--mkldnn") {
       if (value != "on" && value != "off") throw UsageError("--mkldnn wants on or off, got '" + value + "'");
       o.mkldnn = value == "on";
@@ -370,7 +375,8 @@ struct GptImpl : torch::nn::Module {
     const int64_t T = idx.size(1);
     torch::Tensor tok, pos_emb;
     { opguard::Scope s("wte"); tok = wte(idx); }
-    auto pos = torch::arange(T, torch::kLong);
+    // The device only off the CPU: the CPU op stream stays as it was recorded before --device.
+    auto pos = idx.is_cpu() ? torch::arange(T, torch::kLong) : torch::arange(T, torch::dtype(torch::kLong).device(idx.device()));
     { opguard::Scope s("wpe"); pos_emb = wpe(pos); }
     auto x = maybe_dropout(tok + pos_emb, dropout, is_training());
     for (std::size_t i = 0; i < block_list.size(); ++i) {
@@ -418,7 +424,7 @@ void write_parameters(Gpt& model, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw UsageError("cannot write --out-params '" + path + "': " + std::strerror(errno));
   for (const auto& p : model->parameters()) {
-    const torch::Tensor t = p.detach().contiguous();
+    const torch::Tensor t = p.is_cpu() ? p.detach().contiguous() : p.detach().cpu().contiguous();
     const auto n = static_cast<std::size_t>(t.numel());
     if (std::fwrite(t.data_ptr(), t.element_size(), n, f) != n) {
       std::fclose(f);
@@ -447,6 +453,12 @@ int run(const Options& o) {
   Gpt model(config);
   init_parameters(model);
   model->to(o.dtype);
+  const torch::Device device(o.device);
+  if (!device.is_cpu()) {
+    if (!torch::cuda::is_available()) throw UsageError("--device " + o.device + ": torch sees no CUDA device");
+    model->to(device);
+    for (auto& block : model->block_list) block->attn->mask = block->attn->mask.to(device);
+  }
   model->train();
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
@@ -465,6 +477,10 @@ int run(const Options& o) {
     sampler.next(corpus, o.batch, o.seq, inputs, targets);
     auto x = torch::from_blob(inputs.data(), {o.batch, o.seq}, torch::kLong).clone();
     auto y = torch::from_blob(targets.data(), {o.batch, o.seq}, torch::kLong).clone();
+    if (!device.is_cpu()) {
+      x = x.to(device);
+      y = y.to(device);
+    }
     auto loss = model->forward(x, y);
     // Read every step, printed or not, so that --print-every does not change the op stream.
     const float loss_value = loss.detach().to(torch::kFloat32).item<float>();

@@ -75,6 +75,8 @@ def parse_args(argv):
     p.add_argument("--print-every", type=int, default=1, help="<= 0: only the final line")
     p.add_argument("--mkldnn", choices=("on", "off"), default="on",
                    help="oneDNN (torch.backends.mkldnn.enabled)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N (parameters are drawn on the CPU, then moved)")
     p.add_argument("--tp", type=int, default=1,
                    help="> 1: the MLP down-projection as a P-way row-parallel linear (RowParallelLinear)")
     p.add_argument("--ddp", action="store_true",
@@ -223,7 +225,9 @@ class Gpt(nn.Module):
         """Mean cross-entropy of predicting targets from idx (both batch x seq)."""
         T = idx.size(1)
         tok = self.wte(idx)
-        pos = torch.arange(T, dtype=torch.long)
+        # The device only off the CPU: the CPU op stream stays as it was recorded before --device.
+        pos = (torch.arange(T, dtype=torch.long) if idx.is_cpu
+               else torch.arange(T, dtype=torch.long, device=idx.device))
         x = maybe_dropout(tok + self.wpe(pos), self.dropout, self.training)
         for block in self.blocks:
             x = block(x)
@@ -247,7 +251,8 @@ def init_parameters(model):
 def write_parameters(model, path):
     with open(path, "wb") as f:
         for p in model.parameters():
-            f.write(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+            t = p.detach() if p.is_cpu else p.detach().cpu()
+            f.write(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
 
 
 def float_bits(v):
@@ -329,6 +334,18 @@ def main(argv):
     model = Gpt(vocab_size, a.width, a.depth, a.heads, a.seq, a.tied, a.dropout, a.tp)
     init_parameters(model)
     model.to(DTYPES[a.dtype])
+    try:
+        device = torch.device(a.device)
+    except RuntimeError:
+        print(f"tiny_gpt.py: --device wants cpu or cuda[:N], got '{a.device}'", file=sys.stderr)
+        return 2
+    if device.type != "cpu":
+        if device.type != "cuda" or not torch.cuda.is_available():
+            print(f"tiny_gpt.py: --device {a.device}: torch sees no such device", file=sys.stderr)
+            return 2
+        model.to(device)
+        for block in model.blocks:
+            block.attn.mask = block.attn.mask.to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     n_params = sum(p.numel() for p in model.parameters())
@@ -347,6 +364,8 @@ def main(argv):
         targets, _ = ddp.shard(targets, a.batch, a.seq)
         x = torch.tensor(inputs, dtype=torch.long).view(rows, a.seq)
         y = torch.tensor(targets, dtype=torch.long).view(rows, a.seq)
+        if device.type != "cpu":
+            x, y = x.to(device), y.to(device)
         loss = model(x, y)
         # Read every step, printed or not, so that --print-every does not change the op stream.
         loss_value = loss.detach().to(torch.float32).item()

@@ -181,54 +181,99 @@ bool cuda_available() {
   return n > 0;
 }
 
-uint64_t fingerprint_cuda(const TensorView& view, void* stream_ptr) {
+struct CudaWorkspace::Impl {
+  int device = -1;
+  void* hashes = nullptr;  // chunk hashes
+  std::size_t hashes_bytes = 0;
+  void* scratch = nullptr;  // gathered batches of a strided view
+  std::size_t scratch_bytes = 0;
+
+  void release() {
+    if (hashes != nullptr) cudaFree(hashes);
+    if (scratch != nullptr) cudaFree(scratch);
+    hashes = scratch = nullptr;
+    hashes_bytes = scratch_bytes = 0;
+  }
+  // A buffer of at least `bytes` on the current device.
+  void* get(void*& ptr, std::size_t& have, std::size_t bytes) {
+    int current = 0;
+    check(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device) {
+      release();
+      device = current;
+    }
+    if (have < bytes) {
+      if (ptr != nullptr) cudaFree(ptr);
+      ptr = nullptr;
+      have = 0;
+      check(cudaMalloc(&ptr, bytes), "cudaMalloc");
+      have = bytes;
+    }
+    return ptr;
+  }
+};
+
+CudaWorkspace::CudaWorkspace() : impl_(new Impl) {}
+CudaWorkspace::~CudaWorkspace() {
+  impl_->release();  // errors ignored: the context may be gone at exit
+  delete impl_;
+}
+
+void chunk_hashes_cuda(const TensorView& view, std::vector<uint64_t>* out, void* stream_ptr,
+                       CudaWorkspace* workspace) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
+  CudaWorkspace::Impl& ws = *workspace->impl();
   const std::size_t es = dtype_size(view.dtype);
   const int64_t numel = view.numel();
   const std::size_t nbytes = static_cast<std::size_t>(numel) * es;
   const std::size_t n_chunks = (nbytes + kFingerprintChunkBytes - 1) / kFingerprintChunkBytes;
-  std::vector<uint64_t> hashes(n_chunks);
-  if (n_chunks > 0) {
-    if (view.data == nullptr) throw UsageError("fingerprint_cuda got a null device pointer");
-    OPGUARD_CHECK(view.ndim <= 64);
-    DeviceBuffer d_hashes(n_chunks * sizeof(uint64_t));
-    const bool aligned = reinterpret_cast<uintptr_t>(view.data) % 8 == 0;
-    if (view.is_contiguous() && aligned) {
-      hash_chunks<<<static_cast<unsigned>(n_chunks), kHashThreads, 0, stream>>>(
-          static_cast<const uint8_t*>(view.data), nbytes, d_hashes.as<uint64_t>());
-      check(cudaGetLastError(), "hash_chunks launch");
-    } else {
-      Layout layout{};
-      layout.ndim = view.ndim;
-      int64_t expected = 1;
-      for (int d = view.ndim - 1; d >= 0; --d) {
-        layout.sizes[d] = view.sizes[d];
-        layout.strides[d] = view.strides != nullptr ? view.strides[d] : expected;
-        expected *= view.sizes[d];
-      }
-      const std::size_t batch_bytes = std::min(nbytes, kBatchChunks * kFingerprintChunkBytes);
-      DeviceBuffer scratch(batch_bytes);
-      const int64_t per_chunk = static_cast<int64_t>(kFingerprintChunkBytes / es);
-      for (std::size_t first = 0; first < n_chunks; first += kBatchChunks) {
-        const std::size_t count = std::min(kBatchChunks, n_chunks - first);
-        const int64_t begin = static_cast<int64_t>(first) * per_chunk;
-        const int64_t n = std::min(numel - begin, static_cast<int64_t>(count) * per_chunk);
-        gather<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const uint8_t*>(view.data), layout,
-                                                     static_cast<int>(es), begin, n, scratch.as<uint8_t>());
-        check(cudaGetLastError(), "gather launch");
-        hash_chunks<<<static_cast<unsigned>(count), kHashThreads, 0, stream>>>(
-            scratch.as<uint8_t>(), static_cast<std::size_t>(n) * es, d_hashes.as<uint64_t>() + first);
-        check(cudaGetLastError(), "hash_chunks launch");
-      }
-      // The scratch is reused by the next batch only after the kernels that
-      // read it, because all of them run in order on one stream.
+  out->resize(n_chunks);
+  if (n_chunks == 0) return;
+  if (view.data == nullptr) throw UsageError("chunk_hashes_cuda got a null device pointer");
+  OPGUARD_CHECK(view.ndim <= 64);
+  auto* d_hashes = static_cast<uint64_t*>(ws.get(ws.hashes, ws.hashes_bytes, n_chunks * sizeof(uint64_t)));
+  const bool aligned = reinterpret_cast<uintptr_t>(view.data) % 8 == 0;
+  if (view.is_contiguous() && aligned) {
+    hash_chunks<<<static_cast<unsigned>(n_chunks), kHashThreads, 0, stream>>>(static_cast<const uint8_t*>(view.data),
+                                                                              nbytes, d_hashes);
+    check(cudaGetLastError(), "hash_chunks launch");
+  } else {
+    Layout layout{};
+    layout.ndim = view.ndim;
+    int64_t expected = 1;
+    for (int d = view.ndim - 1; d >= 0; --d) {
+      layout.sizes[d] = view.sizes[d];
+      layout.strides[d] = view.strides != nullptr ? view.strides[d] : expected;
+      expected *= view.sizes[d];
     }
-    check(cudaMemcpyAsync(hashes.data(), d_hashes.as<uint64_t>(), n_chunks * sizeof(uint64_t),
-                          cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync (chunk hashes)");
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    const std::size_t batch_bytes = std::min(nbytes, kBatchChunks * kFingerprintChunkBytes);
+    auto* scratch = static_cast<uint8_t*>(ws.get(ws.scratch, ws.scratch_bytes, batch_bytes));
+    const int64_t per_chunk = static_cast<int64_t>(kFingerprintChunkBytes / es);
+    for (std::size_t first = 0; first < n_chunks; first += kBatchChunks) {
+      const std::size_t count = std::min(kBatchChunks, n_chunks - first);
+      const int64_t begin = static_cast<int64_t>(first) * per_chunk;
+      const int64_t n = std::min(numel - begin, static_cast<int64_t>(count) * per_chunk);
+      gather<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<const uint8_t*>(view.data), layout,
+                                                   static_cast<int>(es), begin, n, scratch);
+      check(cudaGetLastError(), "gather launch");
+      hash_chunks<<<static_cast<unsigned>(count), kHashThreads, 0, stream>>>(
+          scratch, static_cast<std::size_t>(n) * es, d_hashes + first);
+      check(cudaGetLastError(), "hash_chunks launch");
+    }
+    // The scratch is reused by the next batch only after the kernels that
+    // read it, because all of them run in order on one stream.
   }
-  return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), n_chunks);
+  check(cudaMemcpyAsync(out->data(), d_hashes, n_chunks * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (chunk hashes)");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+uint64_t fingerprint_cuda(const TensorView& view, void* stream) {
+  CudaWorkspace workspace;
+  std::vector<uint64_t> hashes;
+  chunk_hashes_cuda(view, &hashes, stream, &workspace);
+  const std::size_t nbytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
+  return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), hashes.size());
 }
 
 CompareResult compare_cuda(DType dtype, const void* a, const void* b, int64_t numel, void* stream_ptr) {

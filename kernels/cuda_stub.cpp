@@ -12,6 +12,10 @@ namespace {
 bool cuda_built() { return false; }
 bool cuda_available() { return false; }
 uint64_t fingerprint_cuda(const TensorView&, void*) { not_built(); }
+struct CudaWorkspace::Impl {};
+CudaWorkspace::CudaWorkspace() : impl_(nullptr) {}
+CudaWorkspace::~CudaWorkspace() = default;
+void chunk_hashes_cuda(const TensorView&, std::vector<uint64_t>*, void*, CudaWorkspace*) { not_built(); }
 CompareResult compare_cuda(DType, const void*, const void*, int64_t, void*) { not_built(); }
 
 }  // namespace opguard::kernels

@@ -14,7 +14,10 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,6 +43,7 @@
 #include "opguard/record/recorder.h"
 #include "collectives.h"
 #include "opguard/record/scope.h"
+#include "record_cuda.h"
 #include "recorder_internal.h"
 #include "writer.h"
 
@@ -520,6 +524,32 @@ bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std
 
 namespace {
 
+// The CUDA fingerprint module beside this library (record_cuda.h), loaded at
+// the first CUDA tensor; null when there is none (a build without CUDA
+// kernels) or it does not load. CUDA tensors are then copied to the host to be
+// hashed, which the first one says on stderr.
+OpguardRecordCudaChunkHashes cuda_chunk_hashes() {
+  static const OpguardRecordCudaChunkHashes fn = []() -> OpguardRecordCudaChunkHashes {
+    std::string path = OPGUARD_RECORD_CUDA_LIBRARY;
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&cuda_chunk_hashes), &self) != 0 && self.dli_fname != nullptr) {
+      const std::string lib = self.dli_fname;
+      const auto slash = lib.rfind('/');
+      if (slash != std::string::npos) path = lib.substr(0, slash + 1) + path;
+    }
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* symbol = handle != nullptr ? dlsym(handle, OPGUARD_RECORD_CUDA_SYMBOL) : nullptr;
+    if (symbol == nullptr) {
+      const char* why = dlerror();
+      std::fprintf(stderr, "opguard: CUDA tensors are copied to the host to be fingerprinted (%s)\n",
+                   why != nullptr ? why : "no CUDA fingerprint module");
+      return nullptr;
+    }
+    return reinterpret_cast<OpguardRecordCudaChunkHashes>(symbol);
+  }();
+  return fn;
+}
+
 struct ValueBuilder {
   RecorderImpl& rec;
   PendingEvent& pending;
@@ -618,10 +648,22 @@ struct ValueBuilder {
       const bool contiguous = view.is_contiguous();
       if (!copy && rec.cached_fingerprint(m, contiguous)) continue;
       try {
-        at::Tensor host = t.device().is_cpu() ? t : t.cpu();  // the CUDA path hashes on the device (kernels/)
-        view.data = host.const_data_ptr();
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
-        kernels::chunk_hashes(view, &chunks, rec.pool.get());
+        at::Tensor host;
+        const OpguardRecordCudaChunkHashes on_device = t.device().is_cuda() && !copy ? cuda_chunk_hashes() : nullptr;
+        if (on_device != nullptr) {
+          // Hashed on the device, on torch's current stream: after the
+          // kernels that wrote the tensor, before any queued later.
+          c10::DeviceGuard device(t.device());
+          void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device()).native_handle();
+          view.data = t.const_data_ptr();
+          char error[256] = {};
+          if (on_device(&view, stream, &chunks, error, sizeof(error)) != 0) throw Error(error);
+        } else {
+          host = t.device().is_cpu() ? t : t.cpu();
+          view.data = host.const_data_ptr();
+          kernels::chunk_hashes(view, &chunks, rec.pool.get());
+        }
         m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim,
                                                       static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype),
                                                       chunks.data(), chunks.size());
@@ -917,6 +959,23 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (op->ignored) return nullptr;
 
   auto ctx = std::make_unique<Context>(Context::kEvent);
+  // The ops this op calls are not events: RecordFunction is off on this
+  // thread from here to the end of on_end (settle's own guards then cost
+  // nothing: each switch rebuilds libtorch's callback lists). The nodes those
+  // ops create get their scope from the sequence numbers in on_end. Other
+  // observers (the profiler) do not see the nested ops of a recorded program
+  // either. An async range may end on another thread: left alone.
+  if (!fn.isAsync()) {
+    at::enableRecordFunction(false);
+    ctx->hides_nested = true;
+  }
+  // Should anything below throw, on_end never sees this context: switch back.
+  struct RestoreOnThrow {
+    Context* ctx;
+    ~RestoreOnThrow() {
+      if (ctx != nullptr && ctx->hides_nested) at::enableRecordFunction(true);
+    }
+  } restore{ctx.get()};
   ctx->pending = std::make_unique<PendingEvent>();
   if (ts.nodes.empty()) {
     // Before anything can take a sequence number: the op's own node has the
@@ -963,22 +1022,21 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // Inputs are hashed now, before the op can overwrite any of them.
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
   inputs.hand_over();
-  // The ops this op calls are not events: RecordFunction is off on this
-  // thread until on_end. The nodes those ops create get their
-  // scope from the sequence numbers in on_end. Other observers (the
-  // profiler) do not see the nested ops of a recorded program either. An
-  // async range may end on another thread: left alone.
-  if (!fn.isAsync()) {
-    at::enableRecordFunction(false);
-    ctx->hides_nested = true;
-  }
   ev.t_start_ns = now_ns();
+  restore.ctx = nullptr;
   return ctx;
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   auto* ctx = static_cast<Context*>(raw);
-  if (ctx != nullptr && ctx->hides_nested) at::enableRecordFunction(true);  // before any return
+  // RecordFunction comes back on when this returns (however it returns),
+  // after the outputs are hashed.
+  struct Reenable {
+    bool on;
+    ~Reenable() {
+      if (on) at::enableRecordFunction(true);
+    }
+  } reenable{ctx != nullptr && ctx->hides_nested};
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return;
   RecorderImpl* recp = g_recorder;
   if (recp == nullptr) return;

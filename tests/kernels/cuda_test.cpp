@@ -166,6 +166,11 @@ TEST_CASE("without CUDA the CUDA entry points say how to get them") {
   std::vector<int64_t> sizes = {1};
   float x = 1.0f;
   REQUIRE_THROWS_AS(fingerprint_cuda(TensorView{DType::kFloat32, sizes.data(), nullptr, 1, &x}), opguard::Error);
+  CudaWorkspace workspace;
+  std::vector<uint64_t> chunks;
+  REQUIRE_THROWS_AS(chunk_hashes_cuda(TensorView{DType::kFloat32, sizes.data(), nullptr, 1, &x}, &chunks, nullptr,
+                                      &workspace),
+                    opguard::Error);
 }
 
 TEST_CASE("the CUDA fingerprint equals the CPU fingerprint for every dtype and layout") {
@@ -184,6 +189,27 @@ TEST_CASE("the CUDA fingerprint equals the CPU fingerprint for every dtype and l
   std::vector<int64_t> sizes = {static_cast<int64_t>(kFingerprintChunkBytes + 300)};
   REQUIRE(fingerprint_cuda({DType::kUInt8, sizes.data(), nullptr, 1, static_cast<uint8_t*>(dev.ptr) + 1}) ==
           fingerprint({DType::kUInt8, sizes.data(), nullptr, 1, bytes.data() + 1}));
+#endif
+}
+
+TEST_CASE("one CUDA workspace hashes view after view like the CPU (the recorder's use)") {
+  if (!gpu_or_skip("CUDA workspace reuse")) return;
+#ifdef OPGUARD_TEST_CUDA
+  // Every case twice through one workspace, in an order that grows and
+  // shrinks its buffers between contiguous and gathered views.
+  CudaWorkspace workspace;
+  std::vector<uint64_t> device_chunks, host_chunks;
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& c : cases()) {
+      INFO(c.name << ", round " << round);
+      DeviceCopy dev(c.storage.data(), c.storage.size());
+      TensorView v = c.view();
+      v.data = static_cast<const uint8_t*>(dev.ptr) + (static_cast<const uint8_t*>(v.data) - c.storage.data());
+      chunk_hashes_cuda(v, &device_chunks, nullptr, &workspace);
+      chunk_hashes(c.view(), &host_chunks);
+      REQUIRE(device_chunks == host_chunks);
+    }
+  }
 #endif
 }
 

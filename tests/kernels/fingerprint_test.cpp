@@ -115,6 +115,11 @@ TEST_CASE("batched transposes of every element size gather and hash like their r
       {{2, 3, 17, 5}, {255, 85, 1, 17}, 510},
       {{4, 64, 1000}, {64, 1, 0}, 4 * 64},  // expanded along the last dimension
       {{1031, 257}, {1, 1031}, 1031 * 257},
+      {{64, 96}, {1, 64}, 64 * 96},  // whole tiles only, for every element size
+      // permute(0, 2, 1, 3) of (3, 7, 5, 32): rows of 32 contiguous elements
+      // (the 32- to 256-byte row copies), and of (2, 4, 3, 5): rows of 5.
+      {{3, 5, 7, 32}, {1120, 32, 160, 1}, 3360},
+      {{2, 3, 4, 5}, {60, 5, 15, 1}, 120},
   };
   HashPool pool(3);
   for (std::size_t es : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {

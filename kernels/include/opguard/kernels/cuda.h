@@ -11,6 +11,7 @@
 // data.
 
 #include <cstdint>
+#include <vector>
 
 #include "opguard/core/error.h"
 #include "opguard/kernels/compare.h"
@@ -34,6 +35,29 @@ bool cuda_available();
 // gathered into row-major order on the device, in batches of at most
 // 64 chunks (64 MiB of device scratch).
 uint64_t fingerprint_cuda(const TensorView& view, void* stream = nullptr);
+
+// Device buffers kept between calls of chunk_hashes_cuda (grown as needed,
+// reallocated when the current device changes, freed by the destructor), so
+// that a caller hashing tensor after tensor (the recorder) allocates nothing
+// per tensor: cudaMalloc and cudaFree synchronise the device.
+class CudaWorkspace {
+ public:
+  CudaWorkspace();
+  ~CudaWorkspace();
+  CudaWorkspace(const CudaWorkspace&) = delete;
+  CudaWorkspace& operator=(const CudaWorkspace&) = delete;
+  struct Impl;
+  Impl* impl() { return impl_; }
+
+ private:
+  Impl* impl_;
+};
+
+// The chunk hashes of fingerprint_cuda (combine_chunk_hashes turns them into
+// the fingerprint, as chunk_hashes() on the CPU), into `out`. Synchronous: it
+// waits for `stream`, on which the hashes are computed after the work queued
+// before them.
+void chunk_hashes_cuda(const TensorView& view, std::vector<uint64_t>* out, void* stream, CudaWorkspace* workspace);
 
 // compare_contiguous() for two device buffers of `numel` row-major elements,
 // in one pass on the device.
