@@ -64,7 +64,7 @@ step "record tiny_gpt on the GPU twice, diff"
 check "record gpu 1" "$OPGUARD" record --out "$WORK/gpu1" -- "$GPT" $SMALL --device cuda > "$WORK/gpu1.log" 2>&1
 check "record gpu 2" "$OPGUARD" record --out "$WORK/gpu2" -- "$GPT" $SMALL --device cuda > "$WORK/gpu2.log" 2>&1
 if grep -q "copied to the host" "$WORK/gpu1.log"; then echo "FAIL CUDA tensors were hashed on the host"; failed=1; fi
-tail -3 "$WORK/gpu1.log"
+tail -4 "$WORK/gpu1.log"
 "$OPGUARD" ls "$WORK/gpu1" 2>&1 | head -12
 "$OPGUARD" diff "$WORK/gpu1" "$WORK/gpu2" 2>&1 | head -30
 echo "(diff exit status ${PIPESTATUS[0]})"
@@ -92,6 +92,7 @@ grep -h "copied to the host" "$WORK/host1.log" | head -1
 step "record tiny_gpt.py on the GPU"
 check "record python gpu" "$OPGUARD" record --out "$WORK/py" -- "$PY" "$ROOT/examples/tiny_gpt.py" $SMALL --device cuda \
   > "$WORK/py.log" 2>&1
+if grep -q "copied to the host" "$WORK/py.log"; then echo "FAIL CUDA tensors were hashed on the host"; failed=1; fi
 tail -3 "$WORK/py.log"
 "$OPGUARD" ls "$WORK/py" 2>&1 | head -8
 

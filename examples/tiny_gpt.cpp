@@ -26,6 +26,7 @@
 // loss, ...), the same names the Python program's modules get from the
 // recorder's global module hooks. The guards cost nothing without a recorder.
 
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <opguard/record/scope.h>
@@ -440,6 +441,20 @@ uint32_t float_bits(float v) {
   return bits;
 }
 
+// This program links the CPU libtorch only (so does every opguard binary);
+// --device cuda loads libtorch_cuda.so from beside it, whose initialisers
+// register the CUDA kernels and hooks, as `import torch` does in Python.
+void load_torch_cuda() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) return;
+  const std::string cpu = info.dli_fname;
+  const std::string lib = cpu.substr(0, cpu.rfind('/') + 1) + "libtorch_cuda.so";
+  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* why = dlerror();
+    throw UsageError("--device cuda: this libtorch has no CUDA (" + std::string(why ? why : lib) + ")");
+  }
+}
+
 int run(const Options& o) {
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   at::globalContext().setUserEnabledMkldnn(o.mkldnn);
@@ -455,6 +470,7 @@ int run(const Options& o) {
   model->to(o.dtype);
   const torch::Device device(o.device);
   if (!device.is_cpu()) {
+    load_torch_cuda();
     if (!torch::cuda::is_available()) throw UsageError("--device " + o.device + ": torch sees no CUDA device");
     model->to(device);
     for (auto& block : model->block_list) block->attn->mask = block->attn->mask.to(device);
