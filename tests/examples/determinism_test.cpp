@@ -240,3 +240,27 @@ TEST_CASE("both examples reject an unknown flag with exit status 2") {
     DOCTEST_CHECK(run.stdout_text.empty());
   }
 }
+
+TEST_CASE("--device cpu computes the default's bits, and a GPU torch cannot see is refused with exit 2") {
+  TempDir dir;
+  for (Language language : {Language::kCpp, Language::kPython}) {
+    const std::string lang = language == Language::kCpp ? "cpp" : "python";
+    CAPTURE(lang);
+    const Run plain = run_ok(dir, language, lang + "-default", kSmall);
+    std::vector<std::string> on_cpu = kSmall;
+    on_cpu.insert(on_cpu.end(), {"--device", "cpu"});
+    check_same_bits(dir, plain, run_ok(dir, language, lang + "-cpu", on_cpu));
+
+    Run bad;
+    DOCTEST_CHECK(run_raw(dir, language, lang + "-bad-device", {"--device", "tpu"}, bad) == 2);
+    DOCTEST_CHECK(read_file(bad.stderr_path).find("--device") != std::string::npos);
+    // The GPU case only where there is none (CI): then one clear line, exit 2.
+    const bool has_gpu = std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+    if (!has_gpu) {
+      Run gpu;
+      DOCTEST_CHECK(run_raw(dir, language, lang + "-cuda", {"--steps", "1", "--device", "cuda"}, gpu) == 2);
+      DOCTEST_CHECK(gpu.stdout_text.empty());
+      DOCTEST_CHECK(read_file(gpu.stderr_path).find("--device cuda") != std::string::npos);
+    }
+  }
+}
