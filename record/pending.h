@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,49 @@
 namespace opguard::record {
 
 struct TensorTask {
-  formats::TensorMeta meta;    // shape, identity, flags and fingerprint
+  // Identity, flags and fingerprint; its sizes and strides stay empty until
+  // the writer copies them from `dims` (move_dims_into_meta). Whatever the
+  // training thread allocates per tensor, the writer thread frees, and those
+  // cross-thread frees kept glibc's malloc at about a tenth of the recorder's
+  // cost: the shape lives inline.
+  formats::TensorMeta meta;
   std::vector<uint8_t> bytes;  // the full contents (row-major), when kept
   bool has_bytes = false;
+
+  static constexpr int kInlineDims = 8;
+  int ndim = 0;
+  int64_t inline_dims[2 * kInlineDims];  // sizes, then strides
+  std::vector<int64_t> heap_dims;         // the same, beyond kInlineDims dimensions
+
+  // `strides` null: all zero (a layout without strides).
+  void set_dims(const int64_t* sizes, const int64_t* strides, int n) {
+    ndim = n;
+    int64_t* d = inline_dims;
+    if (n > kInlineDims) {
+      heap_dims.resize(2 * static_cast<std::size_t>(n));
+      d = heap_dims.data();
+    }
+    for (int i = 0; i < n; ++i) {
+      d[i] = sizes[i];
+      d[n + i] = strides != nullptr ? strides[i] : 0;
+    }
+  }
+  const int64_t* sizes() const { return ndim > kInlineDims ? heap_dims.data() : inline_dims; }
+  const int64_t* strides() const { return sizes() + ndim; }
+  // Product of the sizes (1 for 0-d); -1 if one is negative or it overflows.
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) {
+      if (sizes()[i] < 0 || __builtin_mul_overflow(n, sizes()[i], &n)) return -1;
+    }
+    return n;
+  }
+  void move_dims_into_meta() {
+    meta.sizes.assign(sizes(), sizes() + ndim);
+    meta.strides.assign(strides(), strides() + ndim);
+    std::vector<int64_t>().swap(heap_dims);
+  }
 };
-using TensorTaskPtr = std::unique_ptr<TensorTask>;
 
 enum class IntKind : uint8_t { kPlain, kScalarType, kLayout, kMemoryFormat };
 
@@ -47,8 +86,8 @@ struct PendingEvent {
   formats::Event event;  // everything but op strings and tensor metadata
   const OpInfo* op = nullptr;
   const std::string* scope = nullptr;  // interned, lives as long as the recorder
-  // For each value of event.inputs then event.outputs: its tensor, or null.
-  std::vector<TensorTaskPtr> tasks;
+  // For each value of event.inputs then event.outputs: its tensor, or none.
+  std::vector<std::optional<TensorTask>> tasks;
   // Bytes of full contents this event holds (counted against the queue bound).
   uint64_t queued_bytes = 0;
   // Estimated heap bytes of the event itself (values, shapes, strings): also
@@ -63,9 +102,9 @@ inline uint64_t estimate_event_bytes(const PendingEvent& p) {
     n += values->capacity() * sizeof(formats::Value);
     for (const auto& v : *values) n += v.name.capacity() + v.text.capacity();
   }
-  n += p.tasks.capacity() * sizeof(TensorTaskPtr);
+  n += p.tasks.capacity() * sizeof(std::optional<TensorTask>);
   for (const auto& t : p.tasks) {
-    if (t) n += sizeof(TensorTask) + (t->meta.sizes.capacity() + t->meta.strides.capacity()) * sizeof(int64_t);
+    if (t) n += t->heap_dims.capacity() * sizeof(int64_t);
   }
   return n;
 }

@@ -274,8 +274,8 @@ struct RecorderImpl {
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
   uint64_t storage_id(const at::Tensor& t);
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
-  bool cached_fingerprint(formats::TensorMeta& m, bool contiguous);
-  void cache_chunks(const formats::TensorMeta& m, bool contiguous, const std::vector<uint64_t>& chunks);
+  bool cached_fingerprint(TensorTask& task, bool contiguous);
+  void cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks);
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
@@ -409,10 +409,11 @@ bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
   return true;
 }
 
-bool RecorderImpl::cached_fingerprint(formats::TensorMeta& m, bool contiguous) {
+bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous) {
+  formats::TensorMeta& m = task.meta;
   const std::size_t es = dtype_size(m.dtype);
-  const uint64_t nbytes = static_cast<uint64_t>(m.numel()) * es;
-  const std::size_t ndim = m.sizes.size();
+  const uint64_t nbytes = static_cast<uint64_t>(task.numel()) * es;
+  const std::size_t ndim = static_cast<std::size_t>(task.ndim);
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = fingerprint_cache.find(m.storage_id);
   if (it == fingerprint_cache.end() || it->second.version != m.version) return false;
@@ -423,10 +424,10 @@ bool RecorderImpl::cached_fingerprint(formats::TensorMeta& m, bool contiguous) {
     // Offsets compare in bytes: a view may reinterpret the element type.
     if (v.offset * static_cast<int64_t>(v.elem_size) != m.storage_offset * static_cast<int64_t>(es)) continue;
     if (!contiguous && (v.elem_size != es || v.ndim != ndim ||
-                        !std::equal(m.sizes.begin(), m.sizes.end(), v.sizes) ||
-                        !std::equal(m.strides.begin(), m.strides.end(), v.strides)))
+                        !std::equal(task.sizes(), task.sizes() + ndim, v.sizes) ||
+                        !std::equal(task.strides(), task.strides() + ndim, v.strides)))
       continue;
-    m.fingerprint = kernels::combine_chunk_hashes(m.dtype, m.sizes.data(), static_cast<int>(ndim), nbytes,
+    m.fingerprint = kernels::combine_chunk_hashes(m.dtype, task.sizes(), static_cast<int>(ndim), nbytes,
                                                   v.chunk_data(), v.n_chunks);
     return true;
   }
@@ -439,8 +440,9 @@ void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
   fingerprint_cache.erase(id);
 }
 
-void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, const std::vector<uint64_t>& chunks) {
-  if (!contiguous && m.sizes.size() > static_cast<std::size_t>(kMaxCachedDims)) return;
+void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks) {
+  const formats::TensorMeta& m = task.meta;
+  if (!contiguous && task.ndim > kMaxCachedDims) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (fingerprint_cache.size() >= kMaxCachedStorages) fingerprint_cache.clear();
   CacheEntry& e = fingerprint_cache[m.storage_id];
@@ -459,12 +461,12 @@ void RecorderImpl::cache_chunks(const formats::TensorMeta& m, bool contiguous, c
   CachedView& v = e.views[slot];
   v.offset = m.storage_offset;
   v.elem_size = static_cast<uint8_t>(dtype_size(m.dtype));
-  v.nbytes = static_cast<uint64_t>(m.numel()) * v.elem_size;
+  v.nbytes = static_cast<uint64_t>(task.numel()) * v.elem_size;
   v.contiguous = contiguous;
-  v.ndim = contiguous ? 0 : static_cast<uint8_t>(m.sizes.size());
+  v.ndim = contiguous ? 0 : static_cast<uint8_t>(task.ndim);
   for (std::size_t d = 0; d < v.ndim; ++d) {
-    v.sizes[d] = m.sizes[d];
-    v.strides[d] = m.strides[d];
+    v.sizes[d] = task.sizes()[d];
+    v.strides[d] = task.strides()[d];
   }
   v.n_chunks = static_cast<uint32_t>(chunks.size());
   if (chunks.size() > kInlineChunks) {
@@ -555,19 +557,22 @@ struct ValueBuilder {
   PendingEvent& pending;
   bool dump;
   std::vector<Value>& values;
-  std::vector<TensorTaskPtr> tasks;   // parallel to values
-  std::vector<at::Tensor> tensors;    // parallel to values; dropped by settle()
+  // pending.tasks[base + i] is the task of values[i] (the event's tasks are
+  // its inputs' then its outputs').
+  std::size_t base;
+  std::vector<at::Tensor> tensors;  // parallel to values; dropped by settle()
 
   void reserve(std::size_t n) {
     values.reserve(n);
-    tasks.reserve(n);
+    pending.tasks.reserve(base + n);
     tensors.reserve(n);
   }
 
-  void add(Value v, TensorTaskPtr task = nullptr, at::Tensor t = at::Tensor()) {
+  // Appends a value without a tensor.
+  void add(Value v) {
     values.push_back(std::move(v));
-    tasks.push_back(std::move(task));
-    tensors.push_back(std::move(t));
+    pending.tasks.emplace_back();
+    tensors.emplace_back();
   }
 
   void add_tensor(const at::Tensor& t, const std::string& name, bool written) {
@@ -581,29 +586,29 @@ struct ValueBuilder {
       return;
     }
     v.kind = ValueKind::kTensor;
-    auto task = std::make_unique<TensorTask>();
-    formats::TensorMeta& m = task->meta;
+    add(std::move(v));
+    TensorTask& task = pending.tasks.back().emplace();
+    formats::TensorMeta& m = task.meta;
     auto dtype = to_dtype(t.scalar_type());
     const bool hashable = dtype && t.layout() == c10::kStrided && t.has_storage() &&
                           !t.is_meta() && (t.device().is_cpu() || t.device().is_cuda());
     m.dtype = dtype.value_or(DType::kUInt8);
-    m.sizes.assign(t.sizes().begin(), t.sizes().end());
+    const int ndim = static_cast<int>(t.dim());
     if (t.layout() == c10::kStrided) {
-      m.strides.assign(t.strides().begin(), t.strides().end());
+      task.set_dims(t.sizes().data(), t.strides().data(), ndim);
       m.storage_offset = t.storage_offset();
     } else {
-      m.strides.assign(m.sizes.size(), 0);
+      task.set_dims(t.sizes().data(), nullptr, ndim);
     }
     if (!t.device().is_cpu()) m.device = t.device().str();  // TensorMeta's default is "cpu"
-    // v.tensor stays empty: the writer fills it from the task (writer.cpp).
+    // The value's tensor stays empty: the writer fills it from the task (writer.cpp).
     if (!hashable) {
       m.flags |= formats::kTensorNotFingerprinted;
-      add(std::move(v), std::move(task));
       return;
     }
     m.storage_id = rec.storage_id(t);
     m.version = static_cast<uint32_t>(t._version());
-    add(std::move(v), std::move(task), t);
+    tensors.back() = t;
   }
 
   // Bytes of full contents settle() would keep.
@@ -624,7 +629,7 @@ struct ValueBuilder {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       at::Tensor t = std::move(tensors[i]);
       if (!t.defined()) continue;
-      TensorTask& task = *tasks[i];
+      TensorTask& task = *pending.tasks[base + i];
       formats::TensorMeta& m = task.meta;
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
       const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
@@ -642,11 +647,11 @@ struct ValueBuilder {
       const bool copy = want_data && keep_data;
       kernels::TensorView view;
       view.dtype = m.dtype;
-      view.sizes = m.sizes.data();
-      view.strides = m.strides.data();
-      view.ndim = static_cast<int>(m.sizes.size());
+      view.sizes = task.sizes();
+      view.strides = task.strides();
+      view.ndim = task.ndim;
       const bool contiguous = view.is_contiguous();
-      if (!copy && rec.cached_fingerprint(m, contiguous)) continue;
+      if (!copy && rec.cached_fingerprint(task, contiguous)) continue;
       try {
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         at::Tensor host;
@@ -665,15 +670,15 @@ struct ValueBuilder {
           kernels::chunk_hashes(view, &chunks, rec.pool.get());
         }
         m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim,
-                                                      static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype),
+                                                      static_cast<std::size_t>(task.numel()) * dtype_size(m.dtype),
                                                       chunks.data(), chunks.size());
         if (copy) {
-          task.bytes.resize(static_cast<std::size_t>(m.numel()) * dtype_size(m.dtype));
+          task.bytes.resize(static_cast<std::size_t>(task.numel()) * dtype_size(m.dtype));
           kernels::gather_contiguous(view, task.bytes.data());
           task.has_bytes = true;
           pending.queued_bytes += task.bytes.size();
         }
-        rec.cache_chunks(m, contiguous, chunks);
+        rec.cache_chunks(task, contiguous, chunks);
       } catch (const std::exception&) {
         // A tensor we cannot read (freed device memory, an exotic layout):
         // keep the event without this fingerprint.
@@ -682,13 +687,6 @@ struct ValueBuilder {
         task.has_bytes = false;
       }
     }
-  }
-
-  // Moves the tasks into the pending event (after settle()).
-  void hand_over() {
-    pending.tasks.reserve(pending.tasks.size() + tasks.size());
-    for (auto& task : tasks) pending.tasks.push_back(std::move(task));
-    tasks.clear();
   }
 
   void add_ivalue(const c10::IValue& iv, const std::string& name, bool written, IntKind int_kind) {
@@ -1006,8 +1004,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   const bool dump = rec.wants_dump(ts, *op, pending.scope, ev.stream, ev.seq, ev.step);
   ctx->dump = dump;
 
-  ValueBuilder inputs{rec, pending, dump, ev.inputs, {}, {}};
+  ValueBuilder inputs{rec, pending, dump, ev.inputs, pending.tasks.size(), {}};
   const auto args = fn.inputs();
+  // The outputs' slots too: the task vector is allocated once per event.
+  pending.tasks.reserve(args.size() + (op->random ? 1 : 0) + op->return_names.size());
   inputs.reserve(args.size() + (op->random ? 1 : 0));
   for (std::size_t i = 0; i < args.size(); ++i) {
     const bool named = i < op->arg_names.size();
@@ -1021,7 +1021,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   // Inputs are hashed now, before the op can overwrite any of them.
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
-  inputs.hand_over();
   ev.t_start_ns = now_ns();
   restore.ctx = nullptr;
   return ctx;
@@ -1077,7 +1076,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   ev.t_end_ns = now_ns();
   const OpInfo& op = *pending.op;
   const bool dump = ctx->dump;
-  ValueBuilder outputs{rec, pending, dump, ev.outputs, {}, {}};
+  ValueBuilder outputs{rec, pending, dump, ev.outputs, pending.tasks.size(), {}};
   const auto& outs = fn.outputs();
   if (is_collective(fn.name())) {
     for (const at::Tensor& t : wait_for_collective(outs)) rec.forget_fingerprints(t);
@@ -1088,7 +1087,6 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
                        IntKind::kPlain);
   }
   outputs.settle(queue_takes(rec, outputs.dump_bytes() + pending.queued_bytes), true);
-  outputs.hand_over();
   if (pending.queued_bytes > 0) {
     const uint64_t total = rec.dumped_bytes.fetch_add(pending.queued_bytes) + pending.queued_bytes;
     if (rec.config.policy.budget_bytes > 0 && total > rec.config.policy.budget_bytes)

@@ -174,6 +174,7 @@ void Writer::write_event(PendingEvent& pending) {
     auto& task = pending.tasks[i];
     if (!task) continue;
     formats::Value& value = i < n_in ? ev.inputs[i] : ev.outputs[i - n_in];
+    task->move_dims_into_meta();
     value.tensor = std::move(task->meta);
     if (task->has_bytes) {
       value.tensor.data_index = step_writer_->write_tensor(value.tensor.dtype, value.tensor.sizes,
