@@ -9,7 +9,8 @@
 #   3. step times: unrecorded, recorded with CUDA tensors hashed on the device
 #      (libopguard_record_cuda.so), and recorded with them copied to the host
 #      (the module removed: what the recorder did before it had one);
-#   4. records tiny_gpt.py --device cuda (the Python way in).
+#   4. records tiny_gpt.py --device cuda (the Python way in);
+#   5. replays every event of a CPU recording on the GPU (device=cuda:0).
 #
 # Usage (repository root):
 #   benchmarks/gpu_record_check.sh --prepare DIR [BUILD_DIR]   here: copy the
@@ -95,6 +96,16 @@ check "record python gpu" "$OPGUARD" record --out "$WORK/py" -- "$PY" "$ROOT/exa
 if grep -q "copied to the host" "$WORK/py.log"; then echo "FAIL CUDA tensors were hashed on the host"; failed=1; fi
 tail -3 "$WORK/py.log"
 "$OPGUARD" ls "$WORK/py" 2>&1 | head -8
+
+step "replay of recorded CPU events on the GPU (device=cuda:0)"
+# Never run on a GPU before: every event of one CPU step replayed on the device,
+# and the same step replayed on the CPU for comparison (exit 3 = some differ).
+check "record cpu, dump all" "$OPGUARD" record --dump-all --out "$WORK/full" -- "$GPT" \
+  --width 64 --depth 2 --seq 32 --batch 8 --steps 1 --print-every 0 $CORPUS > "$WORK/full.log" 2>&1
+"$OPGUARD" replay "$WORK/full" --all --config device=cuda:0 2>&1 | tail -12
+echo "(replay on cuda:0 exit status ${PIPESTATUS[0]})"
+"$OPGUARD" replay "$WORK/full" --all 2>&1 | tail -4
+echo "(replay on the CPU exit status ${PIPESTATUS[0]})"
 
 rm -rf "$WORK"
 echo
