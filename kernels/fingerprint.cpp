@@ -216,7 +216,8 @@ void transpose_tile_simd<8>(const uint8_t* src, int64_t col_stride, uint8_t* out
 
 // Copies `rows` x `cols` elements of a transposed block into row-major `out`:
 // element (i, j) is at src[i + j * col_stride]. Square tiles of one cache
-// line a side go through a local buffer: every source line and every output
+// line a side (whole ones in SSE2 registers, edge ones through a local
+// buffer) are moved one at a time: every source line and every output
 // line is touched once, in one piece, whatever the strides (columns a page
 // apart map to one cache set, so a tile that kept them in the cache would
 // evict itself). Element by element along a row touched a new cache line per
@@ -262,17 +263,17 @@ void copy_transposed(const uint8_t* src, int64_t rows, int64_t cols, int64_t col
 // back to back. The common short rows (a head dimension of 16 to 64 floats)
 // are copied with a constant size: inline vector moves, not a memcpy call.
 void copy_rows(const uint8_t* src, int64_t row_stride, int64_t rows, std::size_t row_bytes, uint8_t* out) {
+  // `size`: a std::integral_constant (the size known at compile time) or a std::size_t.
   auto copy = [&](auto size) {
-    constexpr std::size_t kBytes = decltype(size)::value;
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * static_cast<int64_t>(kBytes), src + r * row_stride, kBytes);
+    const std::size_t n = size;
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * static_cast<int64_t>(n), src + r * row_stride, n);
   };
   switch (row_bytes) {
     case 32: copy(std::integral_constant<std::size_t, 32>()); return;
     case 64: copy(std::integral_constant<std::size_t, 64>()); return;
     case 128: copy(std::integral_constant<std::size_t, 128>()); return;
     case 256: copy(std::integral_constant<std::size_t, 256>()); return;
-    default:
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * static_cast<int64_t>(row_bytes), src + r * row_stride, row_bytes);
+    default: copy(row_bytes);
   }
 }
 

@@ -872,6 +872,16 @@ bool queue_takes(RecorderImpl& rec, uint64_t bytes) {
   return rec.writer->has_room(bytes);
 }
 
+// Switches RecordFunction back on for this thread when it goes out of scope,
+// unless `on` was cleared (an event hides its nested ops from its start
+// callback to the end of its end callback).
+struct RecordFunctionBackOn {
+  bool on;
+  ~RecordFunctionBackOn() {
+    if (on) at::enableRecordFunction(true);
+  }
+};
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return nullptr;
   RecorderImpl* recp = g_recorder;
@@ -968,12 +978,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     ctx->hides_nested = true;
   }
   // Should anything below throw, on_end never sees this context: switch back.
-  struct RestoreOnThrow {
-    Context* ctx;
-    ~RestoreOnThrow() {
-      if (ctx != nullptr && ctx->hides_nested) at::enableRecordFunction(true);
-    }
-  } restore{ctx.get()};
+  RecordFunctionBackOn restore{ctx->hides_nested};
   ctx->pending = std::make_unique<PendingEvent>();
   if (ts.nodes.empty()) {
     // Before anything can take a sequence number: the op's own node has the
@@ -1022,7 +1027,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   // Inputs are hashed now, before the op can overwrite any of them.
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
   ev.t_start_ns = now_ns();
-  restore.ctx = nullptr;
+  restore.on = false;  // on_end switches it back
   return ctx;
 }
 
@@ -1030,12 +1035,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   auto* ctx = static_cast<Context*>(raw);
   // RecordFunction comes back on when this returns (however it returns),
   // after the outputs are hashed.
-  struct Reenable {
-    bool on;
-    ~Reenable() {
-      if (on) at::enableRecordFunction(true);
-    }
-  } reenable{ctx != nullptr && ctx->hides_nested};
+  RecordFunctionBackOn reenable{ctx != nullptr && ctx->hides_nested};
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return;
   RecorderImpl* recp = g_recorder;
   if (recp == nullptr) return;
