@@ -1294,7 +1294,46 @@ void stop_recording() {
   }
 }
 
+// Module scopes pushed and popped directly, not through a RecordFunction range
+// (see opguard_push_scope below). Returns the recorder generation the scope
+// was pushed in, 0 when nothing was pushed.
+uint64_t push_scope(const char* path) noexcept {
+  if (path == nullptr || g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return 0;
+  RecorderImpl* recp = g_recorder;
+  if (recp == nullptr || !recp->active.load(std::memory_order_acquire)) return 0;
+  try {
+    ThreadState& ts = t_state;
+    init_thread(*recp, ts);
+    ts.scopes.push_back(recp->intern_scope(path));
+    return ts.generation;
+  } catch (const std::exception&) {
+    return 0;  // out of memory: the scope is lost, the run goes on
+  }
+}
+
+void pop_scope(uint64_t token) noexcept {
+  if (token == 0) return;
+  ThreadState& ts = t_state;
+  // A scope pushed under an earlier recorder is gone with that recorder's state.
+  if (!ts.initialised || ts.generation != token || ts.scopes.empty()) return;
+  ts.scopes.pop_back();
+}
+
 }  // namespace opguard::record
+
+// The C entry points of push_scope / pop_scope, for python/opguard/hooks.py
+// (through ctypes): a torch.autograd.profiler.record_function range costs two
+// dispatcher calls and a TorchScript object per module call, 6.6 us; these
+// cost 0.35 us (both timed without a recorder running). The effect is that of
+// an "opguard::scope/=<path>" range: `path` is the module's full path; scopes
+// nest per thread; pop takes what push returned.
+extern "C" __attribute__((visibility("default"))) uint64_t opguard_push_scope(const char* path) noexcept {
+  return opguard::record::push_scope(path);
+}
+
+extern "C" __attribute__((visibility("default"))) void opguard_pop_scope(uint64_t token) noexcept {
+  opguard::record::pop_scope(token);
+}
 
 namespace opguard {
 

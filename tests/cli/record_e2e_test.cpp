@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -149,6 +150,30 @@ TEST_CASE("the Python recording gets module scopes and steps without any change 
   REQUIRE(backward_scopes.count("blocks.0.mlp.fc") == 1);
   REQUIRE(optimizer > 20);
   REQUIRE(steps.count(2) == 1);  // from PyTorch's Optimizer.step ranges
+}
+
+TEST_CASE("Python module scopes through the recorder's C calls equal those of RecordFunction ranges") {
+  TempDir tmp;
+  // Under `opguard record` the hooks take opguard_push_scope / opguard_pop_scope
+  // from the preloaded recorder; OPGUARD_TEST_PY_SCOPE_RANGES=1 makes them open
+  // record_function ranges instead (the path without the recorder's symbols).
+  std::ofstream(tmp / "which.py") << "import torch\nfrom opguard import hooks\n"
+                                     "print('calls' if hooks._push is not None else 'ranges')\n";
+  Result direct = record(tmp, tmp / "w1", {kPython, tmp / "which.py"});
+  REQUIRE(direct.out == "calls\n");
+  Result ranges = run(record_argv(kOpguard, tmp / "w2", {}, {kPython, tmp / "which.py"}), tmp.path().string(),
+                      {"OPGUARD_TEST_PY_SCOPE_RANGES=1"});
+  REQUIRE(ranges.out == "ranges\n");
+
+  REQUIRE(record(tmp, tmp / "calls", py_example({"--steps", "2"})).exit_code == 0);
+  REQUIRE(run(record_argv(kOpguard, tmp / "ranges", {}, py_example({"--steps", "2"})), tmp.path().string(),
+              {"OPGUARD_TEST_PY_SCOPE_RANGES=1"})
+              .exit_code == 0);
+  // Same events, scopes, nodes and fingerprints, event by event.
+  require_same_recording(tmp / "calls", tmp / "ranges");
+  std::set<std::string> scopes;
+  for (const auto& e : events_of(tmp / "calls")) scopes.insert(e.scope);
+  REQUIRE(scopes.count("blocks.1.attn.proj") == 1);
 }
 
 TEST_CASE("bad recorder flags, an unwritable output and a missing program fail before training starts") {
