@@ -639,6 +639,13 @@ struct ValueBuilder {
         m.flags |= formats::kTensorUninitialized;
         continue;
       }
+      if (task.numel() > 0 && t.storage().data() == nullptr) {
+        // No bytes behind it: a FakeTensor of torch.compile's tracing (its
+        // storage is a meta storage, yet the tensor reports a CPU or CUDA
+        // device), or any other storage that holds no data. Nothing to hash.
+        m.flags |= formats::kTensorNotFingerprinted;
+        continue;
+      }
       const bool want_data = dump && m.flags == 0;
       if (want_data && !keep_data) {
         m.flags |= formats::kTensorDropped;

@@ -45,7 +45,19 @@ def _path_of(module):
     return path
 
 
+def _compiling():
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _pre_hook(module, args):
+    if _compiling():
+        # Traced by torch.compile (dynamo inlines global module hooks): the
+        # compiled graph gets no scope calls, so tracing sees none of this
+        # hook's Python state (it failed on the WeakKeyDictionary) and the
+        # graph is the one an unrecorded run compiles.
+        return None
     path = _path_of(module)
     if not path:
         _stack().append(None)
@@ -61,6 +73,8 @@ def _pre_hook(module, args):
 
 
 def _post_hook(module, args, output):
+    if _compiling():
+        return None
     s = _stack()
     if not s:
         return None
