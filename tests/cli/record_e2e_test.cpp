@@ -213,6 +213,38 @@ TEST_CASE("a torch.compile program is recorded without a crash and with unchange
   }
 }
 
+TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded with unchanged bits") {
+  // A wrapper subclass (its storage holds no bytes: not fingerprinted, the ops
+  // its __torch_dispatch__ runs on the inner tensors are), non-reentrant
+  // checkpointing (forward recomputed inside backward) and bf16 autocast.
+  TempDir tmp;
+  std::ofstream(tmp / "features.py")
+      << "import torch\n"
+         "from torch.testing._internal.two_tensor import TwoTensor\n"
+         "from torch.utils.checkpoint import checkpoint\n"
+         "torch.manual_seed(0)\n"
+         "torch.set_num_threads(1)\n"
+         "a = torch.randn(4, 4)\n"
+         "y = (TwoTensor(a, a * 2) @ TwoTensor(a, a * 3)).sum()\n"
+         "m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
+         "x = torch.randn(8, 4, requires_grad=True)\n"
+         "checkpoint(lambda z: m(z).relu().sum(), x, use_reentrant=False).backward()\n"
+         "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+         "    z = m(x)\n"
+         "print(y.a.item().hex(), y.b.item().hex(), x.grad.sum().item().hex(), str(z.dtype),\n"
+         "      z.float().sum().item().hex(), m[0].weight.grad.sum().item().hex())\n";
+  const std::vector<std::string> program = {kPython, tmp / "features.py"};
+  Result plain = run(program, tmp.path().string());
+  REQUIRE(plain.exit_code == 0);
+  Result recorded = record(tmp, tmp / "rec", program);
+  INFO(recorded.err);
+  REQUIRE(recorded.exit_code == 0);
+  REQUIRE(recorded.out == plain.out);
+  std::set<std::string> scopes;
+  for (const auto& e : events_of(tmp / "rec")) scopes.insert(e.scope);
+  CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
+}
+
 TEST_CASE("bad recorder flags, an unwritable output and a missing program fail before training starts") {
   TempDir tmp;
   Result bad = record(tmp, tmp / "rec", cpp_example(), {"--dump-steps", "banana"});
