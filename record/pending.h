@@ -28,6 +28,10 @@ struct TensorTask {
   formats::TensorMeta meta;
   std::vector<uint8_t> bytes;  // the full contents (row-major), when kept
   bool has_bytes = false;
+  // False for a tensor without a version counter (inference mode): its
+  // version says nothing about its bits, so the fingerprint cache, keyed on
+  // storage and version, must neither serve nor keep it.
+  bool cacheable = true;
 
   static constexpr int kInlineDims = 8;
   int ndim = 0;

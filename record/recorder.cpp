@@ -590,16 +590,22 @@ struct ValueBuilder {
     TensorTask& task = pending.tasks.back().emplace();
     formats::TensorMeta& m = task.meta;
     auto dtype = to_dtype(t.scalar_type());
-    const bool hashable = dtype && t.layout() == c10::kStrided && t.has_storage() &&
-                          !t.is_meta() && (t.device().is_cpu() || t.device().is_cuda());
-    m.dtype = dtype.value_or(DType::kUInt8);
-    const int ndim = static_cast<int>(t.dim());
-    if (t.layout() == c10::kStrided) {
-      task.set_dims(t.sizes().data(), t.strides().data(), ndim);
-      m.storage_offset = t.storage_offset();
-    } else {
-      task.set_dims(t.sizes().data(), nullptr, ndim);
+    const bool strided = t.layout() == c10::kStrided;
+    bool shaped = true;
+    try {
+      // Nested tensors refuse sizes() and strides(); so do subclasses that
+      // compute their sizes in Python (the jagged NestedTensor raises).
+      const int ndim = static_cast<int>(t.dim());
+      task.set_dims(t.sizes().data(), strided ? t.strides().data() : nullptr, ndim);
+      if (strided) m.storage_offset = t.storage_offset();
+    } catch (const std::exception&) {
+      shaped = false;  // recorded without a shape
+      task.set_dims(nullptr, nullptr, 0);
+      m.storage_offset = 0;
     }
+    const bool hashable = dtype && shaped && strided && t.has_storage() && !t.is_meta() &&
+                          (t.device().is_cpu() || t.device().is_cuda());
+    m.dtype = dtype.value_or(DType::kUInt8);
     if (!t.device().is_cpu()) m.device = t.device().str();  // TensorMeta's default is "cpu"
     // The value's tensor stays empty: the writer fills it from the task (writer.cpp).
     if (!hashable) {
@@ -607,7 +613,14 @@ struct ValueBuilder {
       return;
     }
     m.storage_id = rec.storage_id(t);
-    m.version = static_cast<uint32_t>(t._version());
+    // Tensors made under torch.inference_mode have no version counter
+    // (_version() throws): recorded with version 0, hashed every time.
+    if (t.is_inference()) {
+      m.version = 0;
+      task.cacheable = false;
+    } else {
+      m.version = static_cast<uint32_t>(t._version());
+    }
     tensors.back() = t;
   }
 
@@ -658,7 +671,7 @@ struct ValueBuilder {
       view.strides = task.strides();
       view.ndim = task.ndim;
       const bool contiguous = view.is_contiguous();
-      if (!copy && rec.cached_fingerprint(task, contiguous)) continue;
+      if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous)) continue;
       try {
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         at::Tensor host;
@@ -685,7 +698,7 @@ struct ValueBuilder {
           task.has_bytes = true;
           pending.queued_bytes += task.bytes.size();
         }
-        rec.cache_chunks(task, contiguous, chunks);
+        if (task.cacheable) rec.cache_chunks(task, contiguous, chunks);
       } catch (const std::exception&) {
         // A tensor we cannot read (freed device memory, an exotic layout):
         // keep the event without this fingerprint.

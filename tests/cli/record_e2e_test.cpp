@@ -245,6 +245,78 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
 }
 
+TEST_CASE("tensors made under inference_mode are fingerprinted, in-place writes included") {
+  // They have no version counter: reading it threw inside the callback (the
+  // events were lost, with a stack trace per op on stderr), and the
+  // fingerprint cache, keyed on storage and version, must not serve them.
+  TempDir tmp;
+  std::ofstream(tmp / "infer.py") << "import torch\n"
+                                     "torch.manual_seed(0)\n"
+                                     "m = torch.nn.Linear(4, 4)\n"
+                                     "x = torch.randn(2, 4)\n"
+                                     "with torch.inference_mode():\n"
+                                     "    y = m(x)\n"
+                                     "    y.add_(1)\n"
+                                     "    z = y * 2\n"
+                                     "print(z.sum().item().hex())\n";
+  const std::vector<std::string> program = {kPython, tmp / "infer.py"};
+  Result plain = run(program, tmp.path().string());
+  Result recorded = record(tmp, tmp / "rec", program);
+  INFO(recorded.err);
+  REQUIRE(recorded.exit_code == 0);
+  REQUIRE(recorded.out == plain.out);
+  REQUIRE(recorded.err.find("Exception in RecordFunction callback") == std::string::npos);
+  const fmts::Event* add = nullptr;
+  const fmts::Event* mul = nullptr;
+  auto events = events_of(tmp / "rec");
+  for (const auto& e : events) {
+    if (e.op == "aten::add_") add = &e;
+    if (e.op == "aten::mul" && add != nullptr) mul = &e;
+  }
+  REQUIRE(add != nullptr);
+  REQUIRE(mul != nullptr);
+  const auto& before = add->inputs.at(0).tensor;
+  const auto& after = add->outputs.at(0).tensor;
+  REQUIRE(before.has_fingerprint());
+  REQUIRE(after.has_fingerprint());
+  CHECK(before.fingerprint != after.fingerprint);  // y + 1 is not y
+  CHECK(mul->inputs.at(0).tensor.fingerprint == after.fingerprint);
+}
+
+TEST_CASE("vmap, grad, nested, jagged, quantized and sparse tensors are recorded without errors") {
+  // Nested tensors refuse sizes() and strides() (the jagged one in Python):
+  // reading them threw inside the callback, which lost the event and printed
+  // a stack trace per op. Now they are recorded without a shape, unhashed.
+  TempDir tmp;
+  std::ofstream(tmp / "misc.py")
+      << "import warnings, torch\n"
+         "from torch.func import vmap, grad\n"
+         "warnings.simplefilter('ignore')\n"
+         "torch.manual_seed(0)\n"
+         "x, w = torch.randn(3, 4), torch.randn(4)\n"
+         "print(vmap(lambda r: (r * w).sum())(x).sum().item().hex())\n"
+         "print(grad(lambda v: (v * v).sum())(w).sum().item().hex())\n"
+         "nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])\n"
+         "print((nt * 2).to_padded_tensor(0.0).sum().item().hex())\n"
+         "njt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged)\n"
+         "print((njt * 2).values().sum().item().hex())\n"
+         "q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)\n"
+         "print(q.dequantize().sum().item().hex())\n"
+         "print((torch.randn(4, 4).to_sparse() * 2).to_dense().sum().item().hex())\n";
+  const std::vector<std::string> program = {kPython, tmp / "misc.py"};
+  Result plain = run(program, tmp.path().string());
+  REQUIRE(plain.exit_code == 0);
+  Result a = record(tmp, tmp / "a", program);
+  INFO(a.err);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(a.out == plain.out);
+  REQUIRE(a.err.find("Exception in RecordFunction callback") == std::string::npos);
+  REQUIRE(record(tmp, tmp / "b", program).exit_code == 0);
+  Result diff = run({kOpguard, "diff", tmp / "a", tmp / "b"}, tmp.path().string());
+  REQUIRE(diff.exit_code == 0);
+  REQUIRE(diff.out.find("runs agree bitwise") != std::string::npos);
+}
+
 TEST_CASE("bad recorder flags, an unwritable output and a missing program fail before training starts") {
   TempDir tmp;
   Result bad = record(tmp, tmp / "rec", cpp_example(), {"--dump-steps", "banana"});
