@@ -63,6 +63,26 @@ void require_same_recording(const std::string& a, const std::string& b) {
   REQUIRE(fingerprints > ea.size() / 2);
 }
 
+// Runs a Python program (source written to tmp/<script>) unrecorded and under
+// `opguard record --out OUT`; both must succeed, print the same (the programs
+// print their results' bits) and raise no error in the recorder's callbacks.
+// Returns the recorded run.
+Result record_unchanged(const TempDir& tmp, const std::string& script, const std::string& source,
+                        const std::string& out, const std::vector<std::string>& args = {}) {
+  std::ofstream(tmp / script) << source;
+  std::vector<std::string> program = {kPython, tmp / script};
+  program.insert(program.end(), args.begin(), args.end());
+  Result plain = run(program, tmp.path().string());
+  INFO(plain.err);
+  REQUIRE(plain.exit_code == 0);
+  Result recorded = record(tmp, out, program);
+  INFO(recorded.err);
+  REQUIRE(recorded.exit_code == 0);
+  REQUIRE(recorded.out == plain.out);
+  REQUIRE(recorded.err.find("Exception in RecordFunction callback") == std::string::npos);
+  return recorded;
+}
+
 }  // namespace
 
 TEST_CASE("recording the C++ example does not change its loss or its parameters") {
@@ -181,31 +201,25 @@ TEST_CASE("a torch.compile program is recorded without a crash and with unchange
   // and runs the ops on FakeTensors, whose storages hold no bytes (the
   // recorder must not read them); the compiled code then runs for real.
   TempDir tmp;
-  std::ofstream(tmp / "compiled.py")
-      << "import hashlib, sys, torch\n"
-         "torch.manual_seed(0)\n"
-         "torch.set_num_threads(1)\n"
-         "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))\n"
-         "opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
-         "f = torch.compile(m, backend=sys.argv[1])\n"
-         "x, y = torch.randn(8, 16), torch.randn(8, 4)\n"
-         "for step in range(3):\n"
-         "    loss = torch.nn.functional.mse_loss(f(x), y)\n"
-         "    opt.zero_grad()\n"
-         "    loss.backward()\n"
-         "    opt.step()\n"
-         "h = hashlib.sha256(b''.join(p.detach().numpy().tobytes() for p in m.parameters()))\n"
-         "print(loss.detach().numpy().tobytes().hex(), h.hexdigest())\n";
+  const std::string source =
+      "import hashlib, sys, torch\n"
+      "torch.manual_seed(0)\n"
+      "torch.set_num_threads(1)\n"
+      "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))\n"
+      "opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
+      "f = torch.compile(m, backend=sys.argv[1])\n"
+      "x, y = torch.randn(8, 16), torch.randn(8, 4)\n"
+      "for step in range(3):\n"
+      "    loss = torch.nn.functional.mse_loss(f(x), y)\n"
+      "    opt.zero_grad()\n"
+      "    loss.backward()\n"
+      "    opt.step()\n"
+      "h = hashlib.sha256(b''.join(p.detach().numpy().tobytes() for p in m.parameters()))\n"
+      "print(loss.detach().numpy().tobytes().hex(), h.hexdigest())\n";
   for (const char* backend : {"eager", "aot_eager", "inductor"}) {
     INFO("backend " << std::string(backend));
-    const std::vector<std::string> program = {kPython, tmp / "compiled.py", backend};
-    Result plain = run(program, tmp.path().string());
-    REQUIRE(plain.exit_code == 0);
     const std::string out = tmp / (std::string("rec_") + backend);
-    Result recorded = record(tmp, out, program);
-    INFO(recorded.err);
-    REQUIRE(recorded.exit_code == 0);
-    REQUIRE(recorded.out == plain.out);  // loss and final parameters, bit for bit
+    record_unchanged(tmp, "compiled.py", source, out, {backend});  // loss and parameters, bit for bit
     std::size_t fingerprinted = 0;
     for (const auto& e : events_of(out))
       for (const auto& v : e.outputs) fingerprinted += v.tensor.has_fingerprint() ? 1 : 0;
@@ -218,28 +232,22 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
   // its __torch_dispatch__ runs on the inner tensors are), non-reentrant
   // checkpointing (forward recomputed inside backward) and bf16 autocast.
   TempDir tmp;
-  std::ofstream(tmp / "features.py")
-      << "import torch\n"
-         "from torch.testing._internal.two_tensor import TwoTensor\n"
-         "from torch.utils.checkpoint import checkpoint\n"
-         "torch.manual_seed(0)\n"
-         "torch.set_num_threads(1)\n"
-         "a = torch.randn(4, 4)\n"
-         "y = (TwoTensor(a, a * 2) @ TwoTensor(a, a * 3)).sum()\n"
-         "m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
-         "x = torch.randn(8, 4, requires_grad=True)\n"
-         "checkpoint(lambda z: m(z).relu().sum(), x, use_reentrant=False).backward()\n"
-         "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
-         "    z = m(x)\n"
-         "print(y.a.item().hex(), y.b.item().hex(), x.grad.sum().item().hex(), str(z.dtype),\n"
-         "      z.float().sum().item().hex(), m[0].weight.grad.sum().item().hex())\n";
-  const std::vector<std::string> program = {kPython, tmp / "features.py"};
-  Result plain = run(program, tmp.path().string());
-  REQUIRE(plain.exit_code == 0);
-  Result recorded = record(tmp, tmp / "rec", program);
-  INFO(recorded.err);
-  REQUIRE(recorded.exit_code == 0);
-  REQUIRE(recorded.out == plain.out);
+  record_unchanged(tmp, "features.py",
+      "import torch\n"
+      "from torch.testing._internal.two_tensor import TwoTensor\n"
+      "from torch.utils.checkpoint import checkpoint\n"
+      "torch.manual_seed(0)\n"
+      "torch.set_num_threads(1)\n"
+      "a = torch.randn(4, 4)\n"
+      "y = (TwoTensor(a, a * 2) @ TwoTensor(a, a * 3)).sum()\n"
+      "m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
+      "x = torch.randn(8, 4, requires_grad=True)\n"
+      "checkpoint(lambda z: m(z).relu().sum(), x, use_reentrant=False).backward()\n"
+      "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+      "    z = m(x)\n"
+      "print(y.a.item().hex(), y.b.item().hex(), x.grad.sum().item().hex(), str(z.dtype),\n"
+      "      z.float().sum().item().hex(), m[0].weight.grad.sum().item().hex())\n",
+      tmp / "rec");
   std::set<std::string> scopes;
   for (const auto& e : events_of(tmp / "rec")) scopes.insert(e.scope);
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
@@ -250,22 +258,17 @@ TEST_CASE("tensors made under inference_mode are fingerprinted, in-place writes 
   // events were lost, with a stack trace per op on stderr), and the
   // fingerprint cache, keyed on storage and version, must not serve them.
   TempDir tmp;
-  std::ofstream(tmp / "infer.py") << "import torch\n"
-                                     "torch.manual_seed(0)\n"
-                                     "m = torch.nn.Linear(4, 4)\n"
-                                     "x = torch.randn(2, 4)\n"
-                                     "with torch.inference_mode():\n"
-                                     "    y = m(x)\n"
-                                     "    y.add_(1)\n"
-                                     "    z = y * 2\n"
-                                     "print(z.sum().item().hex())\n";
-  const std::vector<std::string> program = {kPython, tmp / "infer.py"};
-  Result plain = run(program, tmp.path().string());
-  Result recorded = record(tmp, tmp / "rec", program);
-  INFO(recorded.err);
-  REQUIRE(recorded.exit_code == 0);
-  REQUIRE(recorded.out == plain.out);
-  REQUIRE(recorded.err.find("Exception in RecordFunction callback") == std::string::npos);
+  record_unchanged(tmp, "infer.py",
+                   "import torch\n"
+                   "torch.manual_seed(0)\n"
+                   "m = torch.nn.Linear(4, 4)\n"
+                   "x = torch.randn(2, 4)\n"
+                   "with torch.inference_mode():\n"
+                   "    y = m(x)\n"
+                   "    y.add_(1)\n"
+                   "    z = y * 2\n"
+                   "print(z.sum().item().hex())\n",
+                   tmp / "rec");
   const fmts::Event* add = nullptr;
   const fmts::Event* mul = nullptr;
   auto events = events_of(tmp / "rec");
@@ -288,30 +291,23 @@ TEST_CASE("vmap, grad, nested, jagged, quantized and sparse tensors are recorded
   // reading them threw inside the callback, which lost the event and printed
   // a stack trace per op. Now they are recorded without a shape, unhashed.
   TempDir tmp;
-  std::ofstream(tmp / "misc.py")
-      << "import warnings, torch\n"
-         "from torch.func import vmap, grad\n"
-         "warnings.simplefilter('ignore')\n"
-         "torch.manual_seed(0)\n"
-         "x, w = torch.randn(3, 4), torch.randn(4)\n"
-         "print(vmap(lambda r: (r * w).sum())(x).sum().item().hex())\n"
-         "print(grad(lambda v: (v * v).sum())(w).sum().item().hex())\n"
-         "nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])\n"
-         "print((nt * 2).to_padded_tensor(0.0).sum().item().hex())\n"
-         "njt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged)\n"
-         "print((njt * 2).values().sum().item().hex())\n"
-         "q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)\n"
-         "print(q.dequantize().sum().item().hex())\n"
-         "print((torch.randn(4, 4).to_sparse() * 2).to_dense().sum().item().hex())\n";
-  const std::vector<std::string> program = {kPython, tmp / "misc.py"};
-  Result plain = run(program, tmp.path().string());
-  REQUIRE(plain.exit_code == 0);
-  Result a = record(tmp, tmp / "a", program);
-  INFO(a.err);
-  REQUIRE(a.exit_code == 0);
-  REQUIRE(a.out == plain.out);
-  REQUIRE(a.err.find("Exception in RecordFunction callback") == std::string::npos);
-  REQUIRE(record(tmp, tmp / "b", program).exit_code == 0);
+  record_unchanged(tmp, "misc.py",
+      "import warnings, torch\n"
+      "from torch.func import vmap, grad\n"
+      "warnings.simplefilter('ignore')\n"
+      "torch.manual_seed(0)\n"
+      "x, w = torch.randn(3, 4), torch.randn(4)\n"
+      "print(vmap(lambda r: (r * w).sum())(x).sum().item().hex())\n"
+      "print(grad(lambda v: (v * v).sum())(w).sum().item().hex())\n"
+      "nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])\n"
+      "print((nt * 2).to_padded_tensor(0.0).sum().item().hex())\n"
+      "njt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged)\n"
+      "print((njt * 2).values().sum().item().hex())\n"
+      "q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)\n"
+      "print(q.dequantize().sum().item().hex())\n"
+      "print((torch.randn(4, 4).to_sparse() * 2).to_dense().sum().item().hex())\n",
+      tmp / "a");
+  REQUIRE(record(tmp, tmp / "b", {kPython, tmp / "misc.py"}).exit_code == 0);
   Result diff = run({kOpguard, "diff", tmp / "a", tmp / "b"}, tmp.path().string());
   REQUIRE(diff.exit_code == 0);
   REQUIRE(diff.out.find("runs agree bitwise") != std::string::npos);
