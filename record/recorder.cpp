@@ -902,10 +902,18 @@ struct RecordFunctionBackOn {
   }
 };
 
-std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+// The running recorder, if this thread records: not in a forked child, not
+// on the writer thread.
+RecorderImpl* recorder_for_this_thread() {
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return nullptr;
   RecorderImpl* recp = g_recorder;
   if (recp == nullptr || !recp->active.load(std::memory_order_acquire)) return nullptr;
+  return recp;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  RecorderImpl* recp = recorder_for_this_thread();
+  if (recp == nullptr) return nullptr;
   RecorderImpl& rec = *recp;
   ThreadState& ts = t_state;
   init_thread(rec, ts);
@@ -1318,9 +1326,8 @@ void stop_recording() {
 // (see opguard_push_scope below). Returns the recorder generation the scope
 // was pushed in, 0 when nothing was pushed.
 uint64_t push_scope(const char* path) noexcept {
-  if (path == nullptr || g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return 0;
-  RecorderImpl* recp = g_recorder;
-  if (recp == nullptr || !recp->active.load(std::memory_order_acquire)) return 0;
+  RecorderImpl* recp = path != nullptr ? recorder_for_this_thread() : nullptr;
+  if (recp == nullptr) return 0;
   try {
     ThreadState& ts = t_state;
     init_thread(*recp, ts);

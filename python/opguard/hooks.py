@@ -10,7 +10,8 @@ The hooks call the recorder's opguard_push_scope / opguard_pop_scope
 loaded: 0.35 us a module call. Without them they open a RecordFunction range
 named "opguard::scope/=<path>" with torch.autograd.profiler.record_function
 (6.6 us a module call: two dispatcher calls and a TorchScript object), which
-the recorder reads the same way. OPGUARD_TEST_PY_SCOPE_RANGES=1 forces the ranges (tests compare both).
+the recorder reads the same way. OPGUARD_TEST_PY_SCOPE_RANGES=1 forces the
+ranges (tests compare both).
 """
 
 import os
@@ -22,6 +23,7 @@ _names = weakref.WeakKeyDictionary()  # module -> its path, UTF-8 bytes
 _local = threading.local()
 _push = None  # opguard_push_scope(path) -> token, or None: ranges
 _pop = None   # opguard_pop_scope(token)
+_compiling = None  # torch.compiler.is_compiling, bound by install()
 
 PREFIX = "opguard::scope/="
 
@@ -43,12 +45,6 @@ def _path_of(module):
                 _names[sub] = sub_name.encode()
         path = _names.get(module, b"")
     return path
-
-
-def _compiling():
-    import torch
-
-    return torch.compiler.is_compiling()
 
 
 def _pre_hook(module, args):
@@ -118,11 +114,14 @@ def _bind_scope_calls():
 
 
 def install():
-    global _installed
+    global _installed, _compiling
     _bind_scope_calls()
     if _installed:
         return
+    import torch.compiler
     import torch.nn.modules.module as m
+
+    _compiling = torch.compiler.is_compiling
 
     m.register_module_forward_pre_hook(_pre_hook)
     m.register_module_forward_hook(_post_hook, always_call=True)
