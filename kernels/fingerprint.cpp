@@ -479,6 +479,30 @@ uint64_t fingerprint(const TensorView& view, HashPool* pool) {
   return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), hashes.size());
 }
 
+uint64_t probe(const TensorView& view) {
+  const int64_t numel = view.numel();
+  if (numel == 0) return 0;
+  const std::size_t es = dtype_size(view.dtype);
+  int64_t last = 0;  // offset of the last element, in elements (torch strides are >= 0)
+  for (int d = 0; d < view.ndim; ++d) last += (view.sizes[d] - 1) * (view.strides != nullptr ? view.strides[d] : 0);
+  if (view.strides == nullptr) last = numel - 1;
+  const std::size_t span = (static_cast<std::size_t>(last) + 1) * es;
+  const auto* p = static_cast<const uint8_t*>(view.data);
+  constexpr std::size_t kLine = 64;
+  if (span <= 2 * kLine) return XXH3_64bits(p, span);
+  thread_local std::vector<uint8_t> lines;
+  lines.resize(((span - 1) / kProbeStrideBytes + 2) * kLine);
+  uint8_t* out = lines.data();
+  for (std::size_t at = 0; at < span; at += kProbeStrideBytes, out += kLine) {
+    const std::size_t n = std::min(kLine, span - at);
+    std::memcpy(out, p + at, n);
+    std::memset(out + n, 0, kLine - n);  // the buffer is reused: no stale bytes in the hash
+  }
+  std::memcpy(out, p + span - kLine, kLine);
+  out += kLine;
+  return XXH3_64bits(lines.data(), static_cast<std::size_t>(out - lines.data()));
+}
+
 void gather_contiguous(const TensorView& view, void* out) {
   const std::size_t nbytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
   if (view.is_contiguous()) {

@@ -209,6 +209,8 @@ struct RecorderImpl {
     uint8_t ndim = 0;  // sizes and strides: non-contiguous views only
     bool contiguous = false;
     uint32_t n_chunks = 0;
+    bool probed = false;  // host memory: `probe` is kernels::probe of it when cached
+    uint64_t probe = 0;
     int64_t sizes[kMaxCachedDims] = {};
     int64_t strides[kMaxCachedDims] = {};
     uint64_t chunks[kInlineChunks] = {};
@@ -274,8 +276,12 @@ struct RecorderImpl {
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
   uint64_t storage_id(const at::Tensor& t);
   bool take_uninitialized(const c10::StorageImpl* s, bool clear);
-  bool cached_fingerprint(TensorTask& task, bool contiguous);
-  void cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks);
+  // `cpu`: the view with its data pointer for a tensor in host memory (its
+  // cached entry is only served while the memory's probe is unchanged),
+  // nullptr for device tensors (served on storage and version alone).
+  bool cached_fingerprint(TensorTask& task, bool contiguous, const kernels::TensorView* cpu);
+  void cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
+                    const kernels::TensorView* cpu);
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
@@ -367,7 +373,14 @@ const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::Ope
         default: info->arg_int_kind.push_back(IntKind::kPlain); break;
       }
     }
-    for (const auto& ret : schema.returns()) info->return_names.push_back(ret.name());
+    bool aliases = false;
+    for (const auto& ret : schema.returns()) {
+      info->return_names.push_back(ret.name());
+      aliases = aliases || (ret.alias_info() != nullptr && !ret.alias_info()->isWrite());
+    }
+    const std::string& op = info->op;
+    info->reads_no_bits = info->makes_uninitialized || aliases || starts_with(op.c_str(), "aten::new_") ||
+                          (op.size() > 5 && op.compare(op.size() - 5, 5, "_like") == 0);
     info->random = is_random_op(info->op, schema);
   }
   const OpInfo* p = info.get();
@@ -409,7 +422,7 @@ bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
   return true;
 }
 
-bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous) {
+bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous, const kernels::TensorView* cpu) {
   formats::TensorMeta& m = task.meta;
   const std::size_t es = dtype_size(m.dtype);
   const uint64_t nbytes = static_cast<uint64_t>(task.numel()) * es;
@@ -427,6 +440,13 @@ bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous) {
                         !std::equal(task.sizes(), task.sizes() + ndim, v.sizes) ||
                         !std::equal(task.strides(), task.strides() + ndim, v.strides)))
       continue;
+    if (v.probed && (cpu == nullptr || kernels::probe(*cpu) != v.probe)) {
+      // Written without the dispatcher since it was hashed (numpy, a kernel
+      // called directly): the version did not move, the bits did. Every
+      // view of this storage is stale.
+      fingerprint_cache.erase(it);
+      return false;
+    }
     m.fingerprint = kernels::combine_chunk_hashes(m.dtype, task.sizes(), static_cast<int>(ndim), nbytes,
                                                   v.chunk_data(), v.n_chunks);
     return true;
@@ -440,7 +460,9 @@ void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
   fingerprint_cache.erase(id);
 }
 
-void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks) {
+void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
+                                const kernels::TensorView* cpu) {
+  const uint64_t probe = cpu != nullptr ? kernels::probe(*cpu) : 0;
   const formats::TensorMeta& m = task.meta;
   if (!contiguous && task.ndim > kMaxCachedDims) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
@@ -463,6 +485,8 @@ void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const s
   v.elem_size = static_cast<uint8_t>(dtype_size(m.dtype));
   v.nbytes = static_cast<uint64_t>(task.numel()) * v.elem_size;
   v.contiguous = contiguous;
+  v.probed = cpu != nullptr;
+  v.probe = probe;
   v.ndim = contiguous ? 0 : static_cast<uint8_t>(task.ndim);
   for (std::size_t d = 0; d < v.ndim; ++d) {
     v.sizes[d] = task.sizes()[d];
@@ -647,10 +671,20 @@ struct ValueBuilder {
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
       const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
       if (fresh_buffer) rec.mark_uninitialized(t);
-      if (fresh_buffer || rec.take_uninitialized(storage, !outputs && values[i].mutated)) {
-        // Bits of a buffer made by empty*: not data, never fingerprinted.
-        m.flags |= formats::kTensorUninitialized;
-        continue;
+      const bool written_here = !outputs && values[i].mutated;
+      if (fresh_buffer || rec.take_uninitialized(storage, written_here)) {
+        if (fresh_buffer || written_here || pending.op->reads_no_bits) {
+          // Bits of a buffer made by empty* that no operator wrote: not data,
+          // never fingerprinted (a view of it, or the old contents an
+          // in-place op overwrites).
+          m.flags |= formats::kTensorUninitialized;
+          continue;
+        }
+        // An op computes from memory no operator wrote: a kernel called
+        // without the dispatcher or numpy filled it (or the program reads
+        // uninitialised memory). Those bits are data: hashed, at every read
+        // (the storage stays marked), never cached.
+        task.cacheable = false;
       }
       if (task.numel() > 0 && t.storage().data() == nullptr) {
         // No bytes behind it: a FakeTensor of torch.compile's tracing (its
@@ -671,7 +705,11 @@ struct ValueBuilder {
       view.strides = task.strides();
       view.ndim = task.ndim;
       const bool contiguous = view.is_contiguous();
-      if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous)) continue;
+      // Host tensors are probed (kernels::probe) before a cached fingerprint is served.
+      kernels::TensorView cpu_view = view;
+      cpu_view.data = t.device().is_cpu() ? t.const_data_ptr() : nullptr;
+      const kernels::TensorView* cpu = cpu_view.data != nullptr ? &cpu_view : nullptr;
+      if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous, cpu)) continue;
       try {
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         at::Tensor host;
@@ -698,7 +736,7 @@ struct ValueBuilder {
           task.has_bytes = true;
           pending.queued_bytes += task.bytes.size();
         }
-        if (task.cacheable) rec.cache_chunks(task, contiguous, chunks);
+        if (task.cacheable) rec.cache_chunks(task, contiguous, chunks, cpu);
       } catch (const std::exception&) {
         // A tensor we cannot read (freed device memory, an exotic layout):
         // keep the event without this fingerprint.

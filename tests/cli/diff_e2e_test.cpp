@@ -128,6 +128,53 @@ TEST_CASE("the Python example with ATEN_CPU_CAPABILITY default vs avx2: the firs
   check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
 }
 
+TEST_CASE("bits written without the dispatcher are entered where an op first reads them, not that op's origin") {
+  // torch bumps a tensor's version for operators only: an optimizer that
+  // updates the parameters through numpy (as a fused optimizer called without
+  // the dispatcher does) leaves their versions, and a buffer that empty()
+  // made and numpy filled looks never written. Before the recorder checked
+  // its cache against the memory (kernels::probe) and fingerprinted reads of
+  // never-written memory, the next op got the stale fingerprint or none, and
+  // the diff named it the origin.
+  TempDir tmp;
+  std::ofstream(tmp / "outside.py") << "import sys, torch\n"
+                                        "torch.manual_seed(0)\n"
+                                        "torch.set_num_threads(1)\n"
+                                        "lr, fill = float(sys.argv[1]), float(sys.argv[2])\n"
+                                        "m = torch.nn.Linear(8, 8)\n"
+                                        "x = torch.randn(4, 8)\n"
+                                        "for step in range(3):\n"
+                                        "    loss = m(x).pow(2).mean()\n"
+                                        "    m.zero_grad()\n"
+                                        "    loss.backward()\n"
+                                        "    for p in m.parameters():\n"
+                                        "        p.detach().numpy()[:] -= lr * p.grad.numpy()\n"
+                                        "buf = torch.empty(8)\n"
+                                        "buf.numpy()[:] = fill\n"
+                                        "print((m(x) + buf).sum().item())\n";
+  auto prog = [&](const char* lr, const char* fill) {
+    return std::vector<std::string>{kPython, tmp / "outside.py", lr, fill};
+  };
+  record(tmp, tmp / "ref", prog("0.1", "1"));
+  record(tmp, tmp / "same", prog("0.1", "1"));
+  record(tmp, tmp / "lr", prog("0.2", "1"));
+  record(tmp, tmp / "fill", prog("0.1", "2"));
+  CHECK(diff_json(tmp, tmp / "ref", tmp / "same", 0)["diverged"] == false);
+
+  auto lr = diff_json(tmp, tmp / "ref", tmp / "lr", 3)["first_divergent"];
+  REQUIRE(lr.is_object());
+  CHECK(lr["class"] == "entered");
+  CHECK(lr["op"] == "aten::linear");  // the forward of step 1 reads the parameters first
+  CHECK(lr["entered"]["input"] == "weight");
+  CHECK(lr["entered"]["side"] == "suspect");
+
+  auto fill = diff_json(tmp, tmp / "ref", tmp / "fill", 3)["first_divergent"];
+  REQUIRE(fill.is_object());
+  CHECK(fill["class"] == "entered");
+  CHECK(fill["op"] == "aten::add");
+  CHECK(fill["entered"]["input"] == "other");
+}
+
 TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {
   TempDir tmp;
   record(tmp, tmp / "a", {kTinyGpt, "--steps", "1"});

@@ -178,3 +178,46 @@ TEST_CASE("a zero-size and a 0-d tensor have fingerprints that differ") {
   REQUIRE(e != scalar);
   REQUIRE(e == reference_fingerprint(DType::kFloat32, {0}, {}));
 }
+
+TEST_CASE("the probe sees a write to any sampled line of a view's span, and nothing else moves it") {
+  // A float32 view of 3000 x 7 elements, row stride 9 (a slice): its span is
+  // (2999 * 9 + 6 + 1) * 4 bytes, not a multiple of the probe stride.
+  std::vector<uint8_t> bytes = random_bytes(2999 * 9 * 4 + 7 * 4 + 100, 7);
+  const int64_t sizes[2] = {3000, 7}, strides[2] = {9, 1};
+  TensorView v{DType::kFloat32, sizes, strides, 2, bytes.data()};
+  const std::size_t span = (2999 * 9 + 7) * 4;
+  const uint64_t before = probe(v);
+  CHECK(probe(v) == before);
+  // A longer probe in between leaves nothing behind in the reused buffer.
+  std::vector<uint8_t> big = random_bytes(1 << 20, 8);
+  TensorView w{DType::kUInt8, nullptr, nullptr, 0, big.data()};
+  const int64_t n = static_cast<int64_t>(big.size());
+  w.sizes = &n;
+  w.ndim = 1;
+  (void)probe(w);
+  CHECK(probe(v) == before);
+  // Every sampled line: the first bytes of each kProbeStrideBytes, and the last.
+  for (std::size_t at : {std::size_t{0}, std::size_t{63}, kProbeStrideBytes, 5 * kProbeStrideBytes + 17, span - 1,
+                         span - 64}) {
+    CAPTURE(at);
+    bytes[at] ^= 0x40;
+    CHECK(probe(v) != before);
+    bytes[at] ^= 0x40;
+  }
+  CHECK(probe(v) == before);
+  bytes[span] ^= 1;  // past the last element: not the view's memory
+  CHECK(probe(v) == before);
+  // A whole-tensor write (numpy's `a[:] = ...`) always shows.
+  std::vector<uint8_t> copy = bytes;
+  for (std::size_t i = 0; i < span; ++i) bytes[i] = static_cast<uint8_t>(bytes[i] + 1);
+  CHECK(probe(v) != before);
+  bytes = copy;
+  // Contiguous, tiny and empty views.
+  const int64_t three = 3, zero = 0;
+  TensorView tiny{DType::kFloat32, &three, nullptr, 1, bytes.data()};
+  const uint64_t t0 = probe(tiny);
+  bytes[11] ^= 1;
+  CHECK(probe(tiny) != t0);
+  TensorView none{DType::kFloat32, &zero, nullptr, 1, nullptr};
+  CHECK(probe(none) == 0);
+}

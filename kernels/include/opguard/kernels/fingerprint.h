@@ -81,6 +81,16 @@ uint64_t fingerprint_contiguous(DType dtype, const int64_t* sizes, int ndim, con
 uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::size_t nbytes,
                               const uint64_t* chunk_hashes, std::size_t n_chunks);
 
+// A cheap witness of the memory under a view, for a cache that trusts a
+// version counter (torch bumps it for operators, not for writes through
+// numpy or a kernel called without the dispatcher): XXH3 of the 64-byte
+// lines at every kProbeStrideBytes of the byte span from the view's first
+// element to the end of its last, and of the span's last 64 bytes. A
+// different witness proves the memory changed; an equal one does not prove
+// it did not (a write between the lines goes unseen).
+inline constexpr std::size_t kProbeStrideBytes = 4096;
+uint64_t probe(const TensorView& view);
+
 // Copies the elements of a strided view into row-major order.
 void gather_contiguous(const TensorView& view, void* out);
 
