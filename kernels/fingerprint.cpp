@@ -493,10 +493,12 @@ uint64_t probe(const TensorView& view) {
   thread_local std::vector<uint8_t> lines;
   lines.resize(((span - 1) / kProbeStrideBytes + 2) * kLine);
   uint8_t* out = lines.data();
-  for (std::size_t at = 0; at < span; at += kProbeStrideBytes, out += kLine) {
-    const std::size_t n = std::min(kLine, span - at);
-    std::memcpy(out, p + at, n);
-    std::memset(out + n, 0, kLine - n);  // the buffer is reused: no stale bytes in the hash
+  std::size_t at = 0;
+  for (; at + kLine <= span; at += kProbeStrideBytes, out += kLine) std::memcpy(out, p + at, kLine);  // inline moves
+  if (at < span) {  // a last sampled line cut short by the span's end
+    std::memcpy(out, p + at, span - at);
+    std::memset(out + (span - at), 0, kLine - (span - at));  // the buffer is reused: no stale bytes in the hash
+    out += kLine;
   }
   std::memcpy(out, p + span - kLine, kLine);
   out += kLine;
