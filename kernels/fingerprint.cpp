@@ -479,6 +479,21 @@ uint64_t fingerprint(const TensorView& view, HashPool* pool) {
   return combine_chunk_hashes(view.dtype, view.sizes, view.ndim, nbytes, hashes.data(), hashes.size());
 }
 
+namespace {
+
+constexpr std::size_t kProbeLine = 64;
+
+// Calls f(offset, length) for each line probe() reads in a span of `span`
+// bytes (span > 2 lines): one at every kProbeStrideBytes (the last one cut
+// short where the span ends), then the span's last 64 bytes.
+template <typename F>
+void for_each_probe_line(std::size_t span, F&& f) {
+  for (std::size_t at = 0; at < span; at += kProbeStrideBytes) f(at, std::min(kProbeLine, span - at));
+  f(span - kProbeLine, kProbeLine);
+}
+
+}  // namespace
+
 uint64_t probe(const TensorView& view) {
   const int64_t numel = view.numel();
   if (numel == 0) return 0;
@@ -488,21 +503,29 @@ uint64_t probe(const TensorView& view) {
   if (view.strides == nullptr) last = numel - 1;
   const std::size_t span = (static_cast<std::size_t>(last) + 1) * es;
   const auto* p = static_cast<const uint8_t*>(view.data);
-  constexpr std::size_t kLine = 64;
-  if (span <= 2 * kLine) return XXH3_64bits(p, span);
+  if (span <= 2 * kProbeLine) return XXH3_64bits(p, span);
   thread_local std::vector<uint8_t> lines;
-  lines.resize(((span - 1) / kProbeStrideBytes + 2) * kLine);
+  lines.resize(((span - 1) / kProbeStrideBytes + 2) * kProbeLine);
   uint8_t* out = lines.data();
-  std::size_t at = 0;
-  for (; at + kLine <= span; at += kProbeStrideBytes, out += kLine) std::memcpy(out, p + at, kLine);  // inline moves
-  if (at < span) {  // a last sampled line cut short by the span's end
-    std::memcpy(out, p + at, span - at);
-    std::memset(out + (span - at), 0, kLine - (span - at));  // the buffer is reused: no stale bytes in the hash
-    out += kLine;
-  }
-  std::memcpy(out, p + span - kLine, kLine);
-  out += kLine;
+  for_each_probe_line(span, [&](std::size_t at, std::size_t n) {
+    if (n == kProbeLine) {
+      std::memcpy(out, p + at, kProbeLine);  // a constant size: inline moves
+    } else {
+      std::memcpy(out, p + at, n);
+      std::memset(out + n, 0, kProbeLine - n);  // the buffer is reused: no stale bytes in the hash
+    }
+    out += kProbeLine;
+  });
   return XXH3_64bits(lines.data(), static_cast<std::size_t>(out - lines.data()));
+}
+
+void stamp_probe_lines(void* data, std::size_t nbytes, uint8_t byte) {
+  auto* p = static_cast<uint8_t*>(data);
+  if (nbytes <= 2 * kProbeLine) {
+    std::memset(p, byte, nbytes);
+    return;
+  }
+  for_each_probe_line(nbytes, [&](std::size_t at, std::size_t n) { std::memset(p + at, byte, n); });
 }
 
 void gather_contiguous(const TensorView& view, void* out) {

@@ -81,10 +81,6 @@ struct OpInfo {
   std::vector<IntKind> arg_int_kind;
   std::vector<std::string> return_names;
   bool makes_uninitialized = false;  // empty, empty_like, ...: outputs are not data
-  // The op reads no element of its tensor arguments: views (a return aliases
-  // an argument), empty*, *_like and new_*. Its arguments in memory that no
-  // operator wrote stay uninitialised; any other op's are hashed (settle).
-  bool reads_no_bits = false;
   bool random = false;               // draws from a random generator
   bool is_mark = false;              // opguard::mark
   bool ignored = false;              // opguard:: control ops and profiler ranges

@@ -245,9 +245,13 @@ struct RecorderImpl {
   uint64_t next_storage_id = 1;
   uint64_t storage_inserts = 0;
   // Storages whose bits are uninitialised memory (made by empty*), until an
-  // operator first writes them.
-  std::pmr::unordered_map<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>> uninit{
-      &storage_memory.pool};
+  // operator first writes them or their probe changes (numpy or a kernel
+  // called without the dispatcher wrote them).
+  struct UninitEntry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> weak;
+    std::optional<uint64_t> probe;  // storage_probe when marked; none for device memory
+  };
+  std::pmr::unordered_map<const c10::StorageImpl*, UninitEntry> uninit{&storage_memory.pool};
 
   // Forward scope of each autograd node, by (forward thread, sequence nr).
   std::mutex node_mutex;
@@ -275,7 +279,10 @@ struct RecorderImpl {
 
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
   uint64_t storage_id(const at::Tensor& t);
-  bool take_uninitialized(const c10::StorageImpl* s, bool clear);
+  // Whether s (t's storage) is marked uninitialised and its probe is as
+  // marked; `clear`: an op writes it now, drop the mark. A changed probe
+  // drops it too: the bits are data.
+  bool still_uninitialized(const at::Tensor& t, const c10::StorageImpl* s, bool clear);
   // `cpu`: the view with its data pointer for a tensor in host memory (its
   // cached entry is only served while the memory's probe is unchanged),
   // nullptr for device tensors (served on storage and version alone).
@@ -373,14 +380,7 @@ const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::Ope
         default: info->arg_int_kind.push_back(IntKind::kPlain); break;
       }
     }
-    bool aliases = false;
-    for (const auto& ret : schema.returns()) {
-      info->return_names.push_back(ret.name());
-      aliases = aliases || (ret.alias_info() != nullptr && !ret.alias_info()->isWrite());
-    }
-    const std::string& op = info->op;
-    info->reads_no_bits = info->makes_uninitialized || aliases || starts_with(op.c_str(), "aten::new_") ||
-                          (op.size() > 5 && op.compare(op.size() - 5, 5, "_like") == 0);
+    for (const auto& ret : schema.returns()) info->return_names.push_back(ret.name());
     info->random = is_random_op(info->op, schema);
   }
   const OpInfo* p = info.get();
@@ -402,7 +402,7 @@ uint64_t RecorderImpl::storage_id(const at::Tensor& t) {
       i = i->second.weak.expired() ? storage_ids.erase(i) : std::next(i);
     }
     for (auto i = uninit.begin(); i != uninit.end();) {
-      i = i->second.expired() ? uninit.erase(i) : std::next(i);
+      i = i->second.weak.expired() ? uninit.erase(i) : std::next(i);
     }
   }
   const uint64_t id = next_storage_id++;
@@ -410,16 +410,42 @@ uint64_t RecorderImpl::storage_id(const at::Tensor& t) {
   return id;
 }
 
-bool RecorderImpl::take_uninitialized(const c10::StorageImpl* s, bool clear) {
-  std::lock_guard<std::mutex> lock(storage_mutex);
-  auto it = uninit.find(s);
-  if (it == uninit.end()) return false;
-  if (it->second.lock().get() != s) {
-    uninit.erase(it);
-    return false;
+namespace {
+
+// kernels::probe of all of a host storage's bytes (whatever view reads it);
+// none for device memory, which the host cannot read.
+std::optional<uint64_t> storage_probe(const at::Tensor& t) {
+  const c10::Storage& storage = t.storage();
+  if (!t.device().is_cpu() || storage.data() == nullptr) return std::nullopt;
+  const auto nbytes = static_cast<int64_t>(storage.nbytes());
+  kernels::TensorView whole;
+  whole.dtype = DType::kUInt8;
+  whole.sizes = &nbytes;
+  whole.ndim = 1;
+  whole.data = storage.data();
+  return kernels::probe(whole);
+}
+
+}  // namespace
+
+bool RecorderImpl::still_uninitialized(const at::Tensor& t, const c10::StorageImpl* s, bool clear) {
+  std::optional<uint64_t> marked;
+  {
+    std::lock_guard<std::mutex> lock(storage_mutex);
+    auto it = uninit.find(s);
+    if (it == uninit.end()) return false;
+    if (it->second.weak.lock().get() != s) {
+      uninit.erase(it);
+      return false;
+    }
+    marked = it->second.probe;
   }
-  if (clear) uninit.erase(it);
-  return true;
+  const bool written_outside = marked && storage_probe(t) != marked;
+  if (clear || written_outside) {
+    std::lock_guard<std::mutex> lock(storage_mutex);
+    uninit.erase(s);
+  }
+  return !written_outside;
 }
 
 bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous, const kernels::TensorView* cpu) {
@@ -502,8 +528,16 @@ void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const s
 }
 
 void RecorderImpl::mark_uninitialized(const at::Tensor& t) {
+  // The probed lines of the new buffer get a known byte (0x01: a valid bool,
+  // a tiny float) before the program sees it, so that whether anything wrote
+  // them by the next read does not depend on the garbage that was there: it
+  // did, unless it wrote exactly those bytes. Only a program that reads
+  // memory it never wrote can see the difference.
+  if (t.device().is_cpu() && t.storage().data() != nullptr)
+    kernels::stamp_probe_lines(t.storage().mutable_data(), t.storage().nbytes(), 0x01);
+  UninitEntry e{t.storage().getWeakStorageImpl(), storage_probe(t)};
   std::lock_guard<std::mutex> lock(storage_mutex);
-  uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), t.storage().getWeakStorageImpl());
+  uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), std::move(e));
 }
 
 bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std::string* scope,
@@ -671,20 +705,11 @@ struct ValueBuilder {
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
       const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
       if (fresh_buffer) rec.mark_uninitialized(t);
-      const bool written_here = !outputs && values[i].mutated;
-      if (fresh_buffer || rec.take_uninitialized(storage, written_here)) {
-        if (fresh_buffer || written_here || pending.op->reads_no_bits) {
-          // Bits of a buffer made by empty* that no operator wrote: not data,
-          // never fingerprinted (a view of it, or the old contents an
-          // in-place op overwrites).
-          m.flags |= formats::kTensorUninitialized;
-          continue;
-        }
-        // An op computes from memory no operator wrote: a kernel called
-        // without the dispatcher or numpy filled it (or the program reads
-        // uninitialised memory). Those bits are data: hashed, at every read
-        // (the storage stays marked), never cached.
-        task.cacheable = false;
+      if (fresh_buffer || rec.still_uninitialized(t, storage, !outputs && values[i].mutated)) {
+        // Bits of a buffer made by empty* that nothing wrote since: not data,
+        // never fingerprinted.
+        m.flags |= formats::kTensorUninitialized;
+        continue;
       }
       if (task.numel() > 0 && t.storage().data() == nullptr) {
         // No bytes behind it: a FakeTensor of torch.compile's tracing (its

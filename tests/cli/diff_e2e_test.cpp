@@ -11,6 +11,7 @@
 #include <set>
 
 #include "../support/process.h"
+#include "../support/recording_keys.h"
 
 using opguard::testing::Result;
 using opguard::testing::record_argv;
@@ -133,33 +134,45 @@ TEST_CASE("bits written without the dispatcher are entered where an op first rea
   // updates the parameters through numpy (as a fused optimizer called without
   // the dispatcher does) leaves their versions, and a buffer that empty()
   // made and numpy filled looks never written. Before the recorder checked
-  // its cache against the memory (kernels::probe) and fingerprinted reads of
-  // never-written memory, the next op got the stale fingerprint or none, and
-  // the diff named it the origin.
+  // its cache and its never-written buffers against the memory
+  // (kernels::probe), the next op got the stale fingerprint or none, and the
+  // diff named it the origin. Memory that nothing wrote stays unhashed: the
+  // meta-device module's parameters that to_empty() makes.
   TempDir tmp;
   std::ofstream(tmp / "outside.py") << "import sys, torch\n"
                                         "torch.manual_seed(0)\n"
                                         "torch.set_num_threads(1)\n"
-                                        "lr, fill = float(sys.argv[1]), float(sys.argv[2])\n"
+                                        "lr, fill, scale = (float(a) for a in sys.argv[1:4])\n"
                                         "m = torch.nn.Linear(8, 8)\n"
-                                        "x = torch.randn(4, 8)\n"
+                                        "x = torch.randn(4, 8) * torch.tensor([scale] * 8)  # bits from Python\n"
                                         "for step in range(3):\n"
                                         "    loss = m(x).pow(2).mean()\n"
                                         "    m.zero_grad()\n"
                                         "    loss.backward()\n"
                                         "    for p in m.parameters():\n"
                                         "        p.detach().numpy()[:] -= lr * p.grad.numpy()\n"
+                                        "with torch.device('meta'):\n"
+                                        "    n = torch.nn.Linear(64, 64)\n"
+                                        "n = n.to_empty(device='cpu')\n"
                                         "buf = torch.empty(8)\n"
                                         "buf.numpy()[:] = fill\n"
+                                        "buf.mul_(2)\n"
                                         "print((m(x) + buf).sum().item())\n";
-  auto prog = [&](const char* lr, const char* fill) {
-    return std::vector<std::string>{kPython, tmp / "outside.py", lr, fill};
+  auto prog = [&](const char* lr, const char* fill, const char* scale) {
+    return std::vector<std::string>{kPython, tmp / "outside.py", lr, fill, scale};
   };
-  record(tmp, tmp / "ref", prog("0.1", "1"));
-  record(tmp, tmp / "same", prog("0.1", "1"));
-  record(tmp, tmp / "lr", prog("0.2", "1"));
-  record(tmp, tmp / "fill", prog("0.1", "2"));
+  record(tmp, tmp / "ref", prog("0.1", "1", "1"));
+  record(tmp, tmp / "same", prog("0.1", "1", "1"));
+  record(tmp, tmp / "lr", prog("0.2", "1", "1"));
+  record(tmp, tmp / "fill", prog("0.1", "2", "1"));
+  record(tmp, tmp / "scale", prog("0.1", "1", "3"));
   CHECK(diff_json(tmp, tmp / "ref", tmp / "same", 0)["diverged"] == false);
+  int never_written = 0;  // to_empty: the parameters' empty memory, its metadata checked, no bits read
+  for (const auto& e : opguard::testing::events_of(tmp / "ref")) {
+    if (e.op != "aten::_has_compatible_shallow_copy_type") continue;
+    for (const auto& v : e.inputs) never_written += (v.tensor.flags & opguard::formats::kTensorUninitialized) ? 1 : 0;
+  }
+  CHECK(never_written >= 2);
 
   auto lr = diff_json(tmp, tmp / "ref", tmp / "lr", 3)["first_divergent"];
   REQUIRE(lr.is_object());
@@ -171,8 +184,18 @@ TEST_CASE("bits written without the dispatcher are entered where an op first rea
   auto fill = diff_json(tmp, tmp / "ref", tmp / "fill", 3)["first_divergent"];
   REQUIRE(fill.is_object());
   CHECK(fill["class"] == "entered");
-  CHECK(fill["op"] == "aten::add");
-  CHECK(fill["entered"]["input"] == "other");
+  CHECK(fill["op"] == "aten::mul_");  // reads its self, which numpy wrote
+  CHECK(fill["entered"]["input"] == "self");
+
+  // torch.tensor(list) fills the memory of an aten::empty without an
+  // operator: its first reader (a copy to the target dtype and device)
+  // gets the data. It was flagged uninitialised, and the diff named the
+  // first op that overwrote it (detach_) the origin.
+  auto scale = diff_json(tmp, tmp / "ref", tmp / "scale", 3)["first_divergent"];
+  REQUIRE(scale.is_object());
+  CHECK(scale["class"] == "entered");
+  CHECK(scale["op"] == "aten::to");
+  CHECK(scale["step"] == 0);
 }
 
 TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {

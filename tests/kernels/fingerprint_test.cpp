@@ -221,3 +221,18 @@ TEST_CASE("the probe sees a write to any sampled line of a view's span, and noth
   TensorView none{DType::kFloat32, &zero, nullptr, 1, nullptr};
   CHECK(probe(none) == 0);
 }
+
+TEST_CASE("stamped probe lines make a fresh buffer's probe independent of its garbage") {
+  for (std::size_t n : {std::size_t{5}, std::size_t{128}, std::size_t{129}, kProbeStrideBytes * 3 + 100}) {
+    CAPTURE(n);
+    std::vector<uint8_t> a = random_bytes(n, 1), b = random_bytes(n, 2);
+    stamp_probe_lines(a.data(), n, 0x01);
+    stamp_probe_lines(b.data(), n, 0x01);
+    const int64_t size = static_cast<int64_t>(n);
+    TensorView va{DType::kUInt8, &size, nullptr, 1, a.data()}, vb{DType::kUInt8, &size, nullptr, 1, b.data()};
+    CHECK(probe(va) == probe(vb));
+    const uint64_t stamped = probe(va);
+    std::memset(a.data(), 0, n);  // a whole write (numpy's a[:] = 0) shows
+    CHECK(probe(va) != stamped);
+  }
+}

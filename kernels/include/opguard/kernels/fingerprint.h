@@ -91,6 +91,11 @@ uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::
 inline constexpr std::size_t kProbeStrideBytes = 4096;
 uint64_t probe(const TensorView& view);
 
+// Sets every byte probe() reads of `nbytes` contiguous bytes to `byte`: a
+// buffer fresh from an allocator holds whatever was there, and a probe of
+// that would tell a later write apart from the old bytes only by chance.
+void stamp_probe_lines(void* data, std::size_t nbytes, uint8_t byte);
+
 // Copies the elements of a strided view into row-major order.
 void gather_contiguous(const TensorView& view, void* out);
 
