@@ -292,7 +292,9 @@ struct RecorderImpl {
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
-  void mark_uninitialized(const at::Tensor& t);
+  // t, an output of empty*, holds no data; `fresh`: a new buffer (not the
+  // resized `out=` tensor of empty.out), stamped and probed.
+  void mark_uninitialized(const at::Tensor& t, bool fresh);
   void open_recording();
   // kOpen when the recording opens, kFailed when a write failed (from the
   // writer thread), kFinal at a clean end. Throws IoError / FormatError.
@@ -527,15 +529,17 @@ void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const s
   }
 }
 
-void RecorderImpl::mark_uninitialized(const at::Tensor& t) {
-  // The probed lines of the new buffer get a known byte (0x01: a valid bool,
+void RecorderImpl::mark_uninitialized(const at::Tensor& t, bool fresh) {
+  // The probed lines of a new buffer get a known byte (0x01: a valid bool,
   // a tiny float) before the program sees it, so that whether anything wrote
   // them by the next read does not depend on the garbage that was there: it
   // did, unless it wrote exactly those bytes. Only a program that reads
-  // memory it never wrote can see the difference.
-  if (t.device().is_cpu() && t.storage().data() != nullptr)
-    kernels::stamp_probe_lines(t.storage().mutable_data(), t.storage().nbytes(), 0x01);
-  UninitEntry e{t.storage().getWeakStorageImpl(), storage_probe(t)};
+  // memory it never wrote can see the difference. An `out=` tensor
+  // (`empty.out`) is the program's own memory, resized: not stamped, not
+  // probed, flagged until an operator writes it.
+  const bool probed = fresh && t.device().is_cpu() && t.storage().data() != nullptr;
+  if (probed) kernels::stamp_probe_lines(t.storage().mutable_data(), t.storage().nbytes(), 0x01);
+  UninitEntry e{t.storage().getWeakStorageImpl(), probed ? storage_probe(t) : std::nullopt};
   std::lock_guard<std::mutex> lock(storage_mutex);
   uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), std::move(e));
 }
@@ -704,7 +708,7 @@ struct ValueBuilder {
       formats::TensorMeta& m = task.meta;
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
       const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
-      if (fresh_buffer) rec.mark_uninitialized(t);
+      if (fresh_buffer) rec.mark_uninitialized(t, pending.op->overload != "out");
       if (fresh_buffer || rec.still_uninitialized(t, storage, !outputs && values[i].mutated)) {
         // Bits of a buffer made by empty* that nothing wrote since: not data,
         // never fingerprinted.

@@ -253,6 +253,23 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
 }
 
+TEST_CASE("the recorder's stamp on fresh empty() buffers leaves the program's bits alone") {
+  // The recorder sets the probed bytes of a new empty* buffer; the program
+  // writes it before it reads it. empty(out=t) keeps t's own memory: not
+  // stamped (it holds t's old bits when the size is unchanged).
+  TempDir tmp;
+  record_unchanged(tmp, "stamp.py",
+                   "import torch\n"
+                   "t = torch.arange(4.0)\n"
+                   "torch.empty(4, out=t)\n"
+                   "u = torch.empty(3000)\n"
+                   "u[:] = 5\n"
+                   "v = torch.tensor([[1.5, -2.0], [0.25, 7.0]])\n"
+                   "w = torch.empty(2, 2).copy_(v)\n"
+                   "print(t.tolist(), u.sum().item(), (v @ w).tolist())\n",
+                   tmp / "rec");
+}
+
 TEST_CASE("tensors made under inference_mode are fingerprinted, in-place writes included") {
   // They have no version counter: reading it threw inside the callback (the
   // events were lost, with a stack trace per op on stderr), and the
