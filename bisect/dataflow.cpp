@@ -56,7 +56,9 @@ BitsSource Dataflow::explain(const TensorBits& m) const {
     const Observation& o = s.seen[k];
     if (o.geometry != m.geometry || o.version != m.version) continue;
     const bool same_bits = o.state == m.state && (m.state != BitsState::kHashed || o.fingerprint == m.fingerprint);
-    if (!same_bits) return {BitsSource::kEnteredOutside, o.event};
+    // Changed since: name the op that last wrote the storage, not a view op
+    // or a reader that saw the old bits (numpy() makes an aten::resolve_neg).
+    if (!same_bits) return {BitsSource::kEnteredOutside, s.last_writer >= 0 ? s.last_writer : o.event};
     return {o.differs ? BitsSource::kPropagated : BitsSource::kEnteredReference, o.event};
   }
   // Not seen through this view since the last write (a write through another

@@ -482,6 +482,29 @@ TEST_CASE("bits written without an operator (numpy) are entered: producer and fi
   CHECK(text.find("last produced by aten::exp (event 0") != std::string::npos);
 }
 
+TEST_CASE("bits changed outside the dispatcher name the op that last wrote them, not a view op that saw them") {
+  // numpy() makes an aten::resolve_neg view of the tensor before the write.
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    T x = s.outside(1);
+    T y = s.call("aten::exp", {x});                     // event 0
+    T v = s.view("aten::resolve_neg", y, {4}, {1});    // event 1: the same bits, the same geometry
+    if (r == &b) y.fp = 4242;                          // written through that view
+    (void)v;
+    s.call("aten::neg", {y});  // event 2
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kEntered);
+  CHECK(f.op == "aten::neg");
+  REQUIRE(f.producer_id);
+  CHECK(*f.producer_id == "0");
+  CHECK(f.producer_op == "aten::exp");
+}
+
 TEST_CASE("an input batch that differs between the runs is entered, from outside the recording") {
   TempDir dir;
   Run a, b;
