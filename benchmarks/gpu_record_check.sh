@@ -10,7 +10,8 @@
 #      (libopguard_record_cuda.so), and recorded with them copied to the host
 #      (the module removed: what the recorder did before it had one);
 #   4. records tiny_gpt.py --device cuda (the Python way in);
-#   5. replays every event of a CPU recording on the GPU (device=cuda:0).
+#   5. records non_blocking device-to-host copies twice: the same fingerprints;
+#   6. replays every event of a CPU recording on the GPU (device=cuda:0).
 #
 # Usage (repository root):
 #   benchmarks/gpu_record_check.sh --prepare DIR [BUILD_DIR]   here: copy the
@@ -96,6 +97,25 @@ check "record python gpu" "$OPGUARD" record --out "$WORK/py" -- "$PY" "$ROOT/exa
 if grep -q "copied to the host" "$WORK/py.log"; then echo "FAIL CUDA tensors were hashed on the host"; failed=1; fi
 tail -3 "$WORK/py.log"
 "$OPGUARD" ls "$WORK/py" 2>&1 | head -8
+
+step "non_blocking copies to pinned host memory, recorded twice: the same fingerprints"
+# Never run on a GPU before (2026-12-05): the recorder waits for the device's
+# stream before it hashes the host output of an op with a CUDA input; without
+# that it hashed the bytes before the copy landed.
+cat > "$WORK/d2h.py" <<'PYEOF'
+import torch
+torch.manual_seed(0)
+x = torch.randn(2048, 2048, device="cuda")
+for i in range(4):
+    y = (x @ x.T).relu() * (i + 1)  # keeps the stream busy: the copy lands late
+    h = torch.empty(y.shape, pin_memory=True)
+    h.copy_(y, non_blocking=True)
+    torch.cuda.synchronize()
+    print(h.sum().item())
+PYEOF
+check "record d2h 1" "$OPGUARD" record --out "$WORK/d2h1" -- "$PY" "$WORK/d2h.py" > "$WORK/d2h1.log" 2>&1
+check "record d2h 2" "$OPGUARD" record --out "$WORK/d2h2" -- "$PY" "$WORK/d2h.py" > "$WORK/d2h2.log" 2>&1
+check "d2h recordings agree" "$OPGUARD" diff "$WORK/d2h1" "$WORK/d2h2"
 
 step "replay of recorded CPU events on the GPU (device=cuda:0)"
 # Never run on a GPU before: every event of one CPU step replayed on the device,

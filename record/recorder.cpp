@@ -1126,6 +1126,29 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return ctx;
 }
 
+// A copy from a CUDA tensor into host memory with non_blocking=True returns
+// before the device has written the host bytes: they are only there once the
+// stream that runs the copy is done. Before the host outputs of an op with a
+// CUDA input are hashed, that device's current stream is waited for (what the
+// program itself must do before it reads them; a blocking copy has already).
+void wait_for_device_to_host(const PendingEvent& pending, const std::vector<at::Tensor>& outputs) {
+  bool host_output = false;
+  for (const at::Tensor& t : outputs) host_output = host_output || (t.defined() && t.device().is_cpu());
+  if (!host_output) return;
+  for (std::size_t i = 0; i < pending.event.inputs.size() && i < pending.tasks.size(); ++i) {
+    const auto& task = pending.tasks[i];
+    if (!task || task->meta.device.rfind("cuda", 0) != 0) continue;
+    try {
+      const c10::Device device(task->meta.device);
+      const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      impl->synchronizeStream(impl->getStream(device));
+    } catch (const std::exception&) {
+      // No CUDA runtime to ask: hash what is there.
+    }
+    return;
+  }
+}
+
 void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   auto* ctx = static_cast<Context*>(raw);
   // RecordFunction comes back on when this returns (however it returns),
@@ -1181,6 +1204,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
                        IntKind::kPlain);
   }
+  wait_for_device_to_host(pending, outputs.tensors);
   outputs.settle(queue_takes(rec, outputs.dump_bytes() + pending.queued_bytes), true);
   if (pending.queued_bytes > 0) {
     const uint64_t total = rec.dumped_bytes.fetch_add(pending.queued_bytes) + pending.queued_bytes;
