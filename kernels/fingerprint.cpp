@@ -498,9 +498,11 @@ uint64_t probe(const TensorView& view) {
   const int64_t numel = view.numel();
   if (numel == 0) return 0;
   const std::size_t es = dtype_size(view.dtype);
-  int64_t last = 0;  // offset of the last element, in elements (torch strides are >= 0)
-  for (int d = 0; d < view.ndim; ++d) last += (view.sizes[d] - 1) * (view.strides != nullptr ? view.strides[d] : 0);
-  if (view.strides == nullptr) last = numel - 1;
+  int64_t last = numel - 1;  // offset of the last element, in elements (torch strides are >= 0)
+  if (view.strides != nullptr) {
+    last = 0;
+    for (int d = 0; d < view.ndim; ++d) last += (view.sizes[d] - 1) * view.strides[d];
+  }
   const std::size_t span = (static_cast<std::size_t>(last) + 1) * es;
   const auto* p = static_cast<const uint8_t*>(view.data);
   if (span <= 2 * kProbeLine) return XXH3_64bits(p, span);
