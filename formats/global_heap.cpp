@@ -99,8 +99,11 @@ GlobalHeaps::GlobalHeaps(const h5::Site& site, hid_t file, uint64_t file_size) :
       const uint64_t address = begin + static_cast<uint64_t>(p - first);
       if (collections_.count(address) > 0) continue;
       parse_collection(site, fd.get(), address);
-      // Strings inside this collection are not collections.
-      const uint64_t skip = std::min<uint64_t>(le(p + 8, 8), static_cast<uint64_t>(last - p));
+      // Strings inside this collection are not collections. A header cut
+      // short by the gap's end (the collection runs past it, parse_collection
+      // read it from the file) covers the rest of the gap.
+      const auto left = static_cast<uint64_t>(last - p);
+      const uint64_t skip = left >= kCollectionHeader ? std::min<uint64_t>(le(p + 8, 8), left) : left;
       p += skip - 1;
     }
   };

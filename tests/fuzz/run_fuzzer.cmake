@@ -1,5 +1,6 @@
 # Runs one libFuzzer target for SECONDS over a fresh seed corpus (made by SEEDS)
-# plus what earlier runs in WORK/corpus found; fails on any finding. The last
+# plus what earlier runs in WORK/corpus found and the inputs of REGRESSIONS
+# (findings of earlier runs, kept in the repository); fails on any finding. The last
 # line libFuzzer prints ("Done N runs in S second(s)") is the execution count.
 #   cmake -DFUZZER=... -DSEEDS=... -DWORK=... -DSECONDS=60 -DLSAN_SUPP=... -P run_fuzzer.cmake
 file(REMOVE_RECURSE ${WORK}/seeds)
@@ -12,7 +13,7 @@ endif()
 set(ENV{LSAN_OPTIONS} "suppressions=${LSAN_SUPP}:print_suppressions=0")
 execute_process(
   COMMAND ${FUZZER} -max_total_time=${SECONDS} -timeout=20 -rss_limit_mb=2048 -max_len=65536
-          -print_final_stats=1 -artifact_prefix=${WORK}/ ${WORK}/corpus ${WORK}/seeds
+          -print_final_stats=1 -artifact_prefix=${WORK}/ ${WORK}/corpus ${WORK}/seeds ${REGRESSIONS}
   WORKING_DIRECTORY ${WORK}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 string(REGEX MATCH "Done [0-9]+ runs in [0-9]+ second" done "${out}")
