@@ -1074,7 +1074,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   // Should anything below throw, on_end never sees this context: switch back.
   RecordFunctionBackOn restore{ctx->hides_nested};
-  ctx->pending = std::make_unique<PendingEvent>();
+  ctx->pending = rec.writer->take_spare();
   if (ts.nodes.empty()) {
     // Before anything can take a sequence number: the op's own node has the
     // number the dispatcher gave fn.seqNr().

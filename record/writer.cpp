@@ -69,6 +69,42 @@ void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
   if (wake) wake_.notify_one();
 }
 
+std::unique_ptr<PendingEvent> Writer::take_spare() {
+  {
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    if (!spare_.empty()) {
+      std::unique_ptr<PendingEvent> p = std::move(spare_.back());
+      spare_.pop_back();
+      spare_slots_ -= p->tasks.capacity();
+      return p;
+    }
+  }
+  return std::make_unique<PendingEvent>();
+}
+
+void Writer::recycle(std::vector<std::unique_ptr<PendingEvent>>& written) {
+  for (auto& p : written) {
+    if (p->tasks.capacity() > kMaxSpareTasks) {
+      p.reset();
+      continue;
+    }
+    // Everything back to a new event's state but the task vector's capacity.
+    std::vector<std::optional<TensorTask>> tasks = std::move(p->tasks);
+    tasks.clear();
+    *p = PendingEvent();
+    p->tasks = std::move(tasks);
+  }
+  {
+    std::lock_guard<std::mutex> lock(spare_mutex_);
+    for (auto& p : written) {
+      if (!p || spare_slots_ + p->tasks.capacity() > kMaxSpareSlots) continue;
+      spare_slots_ += p->tasks.capacity();
+      spare_.push_back(std::move(p));
+    }
+  }
+  written.clear();  // those not kept are freed here
+}
+
 void Writer::end_step() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -82,6 +118,7 @@ void Writer::thread_main() {
   t_is_writer_thread = true;
   at::RecordFunctionGuard no_recording(false);
   std::deque<Item> batch;
+  std::vector<std::unique_ptr<PendingEvent>> written;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -122,7 +159,7 @@ void Writer::thread_main() {
           fail(e.what());
         }
       }
-      item.event.reset();
+      written.push_back(std::move(item.event));
       if (held_copies || ++pending_release >= kReleaseEvery) {
         release(released);
         released = 0;
@@ -130,6 +167,7 @@ void Writer::thread_main() {
       }
     }
     batch.clear();
+    recycle(written);
     release(released);  // also wakes producers: has_room() says yes to an empty queue
   }
   if (!failed_.load()) {

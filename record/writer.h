@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "opguard/formats/recording.h"
 #include "opguard/record/config.h"
@@ -36,6 +37,11 @@ class Writer {
   // contents first (has_room / wait_for_room); enqueue itself blocks only
   // while the event would push the queue past its bound (config.h says why).
   void enqueue(std::unique_ptr<PendingEvent> event);
+  // An empty event to fill: one the writer has written and cleared (its
+  // task vector keeps its capacity), or a new one. Recycling them spares the
+  // training thread an allocation of the task vector per operator, which is
+  // above glibc's small-bin size and made malloc walk its fast bins each time.
+  std::unique_ptr<PendingEvent> take_spare();
   // Marks the end of a step: the step file being written is closed.
   void end_step();
   // True when the queue would take `bytes` more without exceeding its bound
@@ -60,6 +66,8 @@ class Writer {
     return queued_bytes_ == 0 || queued_bytes_ + bytes <= config_.queue.max_bytes;
   }
   void release(uint64_t bytes);  // writer thread: written bytes leave the queue
+  // Writer thread: clears the written events and keeps some for take_spare().
+  void recycle(std::vector<std::unique_ptr<PendingEvent>>& written);
   void test_delay();             // writer thread: config_.test_writer_delay_us per event
   int64_t delay_debt_us_ = 0;    // writer thread only
 
@@ -75,6 +83,13 @@ class Writer {
   std::condition_variable wake_;  // writer waits for items
   std::condition_variable room_;  // producers wait for room
   std::deque<Item> queue_;
+  std::mutex spare_mutex_;
+  std::vector<std::unique_ptr<PendingEvent>> spare_;  // cleared events for take_spare()
+  std::size_t spare_slots_ = 0;  // task capacity held in spare_
+  // The writer returns events in batches (up to kWriterNap of them): keep
+  // enough for a busy batch, and at most about 5 MB of task slots.
+  static constexpr std::size_t kMaxSpareSlots = 16384;
+  static constexpr std::size_t kMaxSpareTasks = 16;  // larger task vectors are freed, not kept
   bool stopping_ = false;
   bool writer_idle_ = false;  // the writer waits on wake_
   bool urgent_ = false;       // a step ended, copies wait or a producer waits for room: no nap

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <filesystem>
 #include <future>
@@ -104,6 +105,38 @@ TEST_CASE("every top-level operator is one event and the ops inside it are not")
   REQUIRE(linear[0]->outputs[0].tensor.sizes == std::vector<int64_t>{4, 2});
   REQUIRE(linear[0]->outputs[0].tensor.fingerprint == fp_of(at::linear(x, w, b)));
   REQUIRE(linear[0]->schema.find("aten::linear(Tensor input") == 0);
+}
+
+TEST_CASE("events built in the writer's recycled event objects carry only their own values") {
+  // The writer hands written events back to the hook to be refilled. Events
+  // of a five-argument op are written (the step ends: the writer takes them
+  // at once), then a one-argument op runs in the recycled objects.
+  at::Tensor bias = at::ones({3, 2});
+  at::Tensor a = at::full({3, 4}, 0.5f);
+  at::Tensor b = at::full({4, 2}, 0.25f);
+  constexpr int kOps = 400;
+  std::vector<at::Tensor> negs;
+  auto r = record([&] {
+    for (int i = 0; i < kOps; ++i) at::addmm(bias, a, b);
+    opguard::mark_step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int i = 0; i < kOps; ++i) negs.push_back(at::full({5}, static_cast<float>(i)).neg());
+  });
+  REQUIRE(find_ops(r, "aten::addmm").size() == kOps);
+  auto neg = find_ops(r, "aten::neg");
+  REQUIRE(neg.size() == kOps);
+  for (int i = 0; i < kOps; ++i) {
+    const Event& e = *neg[i];
+    REQUIRE(e.op == "aten::neg");
+    REQUIRE(e.step == 1);
+    REQUIRE(e.inputs.size() == 1);
+    REQUIRE(e.inputs[0].name == "self");
+    REQUIRE(e.inputs[0].tensor.sizes == std::vector<int64_t>{5});
+    REQUIRE(e.inputs[0].tensor.fingerprint == fp_of(at::full({5}, static_cast<float>(i))));
+    REQUIRE(e.outputs.size() == 1);
+    REQUIRE(e.outputs[0].tensor.fingerprint == fp_of(negs[i]));
+    REQUIRE(e.outputs[0].tensor.flags == 0);
+  }
 }
 
 TEST_CASE("a tensor an op overwrites in place is fingerprinted before the write") {
