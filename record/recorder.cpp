@@ -455,31 +455,49 @@ bool RecorderImpl::cached_fingerprint(TensorTask& task, bool contiguous, const k
   const std::size_t es = dtype_size(m.dtype);
   const uint64_t nbytes = static_cast<uint64_t>(task.numel()) * es;
   const std::size_t ndim = static_cast<std::size_t>(task.ndim);
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  auto it = fingerprint_cache.find(m.storage_id);
-  if (it == fingerprint_cache.end() || it->second.version != m.version) return false;
-  const CacheEntry& e = it->second;
-  for (std::size_t i = 0; i < e.used; ++i) {
-    const CachedView& v = e.views[i];
-    if (v.contiguous != contiguous || v.nbytes != nbytes) continue;
-    // Offsets compare in bytes: a view may reinterpret the element type.
-    if (v.offset * static_cast<int64_t>(v.elem_size) != m.storage_offset * static_cast<int64_t>(es)) continue;
-    if (!contiguous && (v.elem_size != es || v.ndim != ndim ||
-                        !std::equal(task.sizes(), task.sizes() + ndim, v.sizes) ||
-                        !std::equal(task.strides(), task.strides() + ndim, v.strides)))
-      continue;
-    if (v.probed && (cpu == nullptr || kernels::probe(*cpu) != v.probe)) {
-      // Written without the dispatcher since it was hashed (numpy, a kernel
-      // called directly): the version did not move, the bits did. Every
-      // view of this storage is stale.
+  // The entry's chunk hashes are copied out, so that the probe of a large
+  // tensor runs without the lock other recording threads need.
+  thread_local std::vector<uint64_t> chunks;
+  uint64_t expected_probe = 0;
+  bool probed = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = fingerprint_cache.find(m.storage_id);
+    if (it == fingerprint_cache.end() || it->second.version != m.version) return false;
+    const CacheEntry& e = it->second;
+    const CachedView* hit = nullptr;
+    for (std::size_t i = 0; i < e.used && hit == nullptr; ++i) {
+      const CachedView& v = e.views[i];
+      if (v.contiguous != contiguous || v.nbytes != nbytes) continue;
+      // Offsets compare in bytes: a view may reinterpret the element type.
+      if (v.offset * static_cast<int64_t>(v.elem_size) != m.storage_offset * static_cast<int64_t>(es)) continue;
+      if (!contiguous && (v.elem_size != es || v.ndim != ndim ||
+                          !std::equal(task.sizes(), task.sizes() + ndim, v.sizes) ||
+                          !std::equal(task.strides(), task.strides() + ndim, v.strides)))
+        continue;
+      hit = &v;
+    }
+    if (hit == nullptr) return false;
+    if (hit->probed && cpu == nullptr) {
       fingerprint_cache.erase(it);
       return false;
     }
-    m.fingerprint = kernels::combine_chunk_hashes(m.dtype, task.sizes(), static_cast<int>(ndim), nbytes,
-                                                  v.chunk_data(), v.n_chunks);
-    return true;
+    probed = hit->probed;
+    expected_probe = hit->probe;
+    chunks.assign(hit->chunk_data(), hit->chunk_data() + hit->n_chunks);
   }
-  return false;
+  if (probed && kernels::probe(*cpu) != expected_probe) {
+    // Written without the dispatcher since it was hashed (numpy, a kernel
+    // called directly): the version did not move, the bits did. Every view
+    // of this storage is stale.
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = fingerprint_cache.find(m.storage_id);
+    if (it != fingerprint_cache.end() && it->second.version == m.version) fingerprint_cache.erase(it);
+    return false;
+  }
+  m.fingerprint = kernels::combine_chunk_hashes(m.dtype, task.sizes(), static_cast<int>(ndim), nbytes,
+                                                chunks.data(), chunks.size());
+  return true;
 }
 
 void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
