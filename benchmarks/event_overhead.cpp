@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "opguard/record/recorder.h"
-#include "opguard/record/scope.h"
 
 namespace {
 

@@ -86,8 +86,8 @@ class Writer {
   std::mutex spare_mutex_;
   std::vector<std::unique_ptr<PendingEvent>> spare_;  // cleared events for take_spare()
   std::size_t spare_slots_ = 0;  // task capacity held in spare_
-  // The writer returns events in batches (up to kWriterNap of them): keep
-  // enough for a busy batch, and at most about 5 MB of task slots.
+  // The writer returns events a batch at a time (what queued during its
+  // nap): keep enough for a busy batch, and at most about 5 MB of task slots.
   static constexpr std::size_t kMaxSpareSlots = 16384;
   static constexpr std::size_t kMaxSpareTasks = 16;  // larger task vectors are freed, not kept
   bool stopping_ = false;

@@ -2,7 +2,7 @@
 # plus what earlier runs in WORK/corpus found and the inputs of REGRESSIONS
 # (findings of earlier runs, kept in the repository); fails on any finding. The last
 # line libFuzzer prints ("Done N runs in S second(s)") is the execution count.
-#   cmake -DFUZZER=... -DSEEDS=... -DWORK=... -DSECONDS=60 -DLSAN_SUPP=... -P run_fuzzer.cmake
+#   cmake -DFUZZER=... -DSEEDS=... -DWORK=... -DSECONDS=60 -DLSAN_SUPP=... -DREGRESSIONS=... -P run_fuzzer.cmake
 file(REMOVE_RECURSE ${WORK}/seeds)
 file(MAKE_DIRECTORY ${WORK}/seeds ${WORK}/corpus)
 execute_process(COMMAND ${SEEDS} ${WORK}/seeds RESULT_VARIABLE rc)
