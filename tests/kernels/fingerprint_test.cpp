@@ -104,7 +104,8 @@ std::vector<uint8_t> naive_gather(const std::vector<uint8_t>& base, std::size_t 
 
 TEST_CASE("batched transposes of every element size gather and hash like their row-major copy") {
   // Rows that do not divide the 1 MiB chunk, matrices that end inside a
-  // chunk, a single row per matrix, an expanded (stride 0) inner dimension.
+  // chunk, a single row per matrix, an expanded (stride 0) inner dimension,
+  // rows so long that one gather block spans chunks.
   struct Case {
     std::vector<int64_t> sizes, strides;
     int64_t base_elems;
@@ -120,6 +121,9 @@ TEST_CASE("batched transposes of every element size gather and hash like their r
       // (the 32- to 256-byte row copies), and of (2, 4, 3, 5): rows of 5.
       {{3, 5, 7, 32}, {1120, 32, 160, 1}, 3360},
       {{2, 3, 4, 5}, {60, 5, 15, 1}, 120},
+      // t() of a (70001, 16) matrix: rows of 70001 elements, so one gather
+      // block holds several chunks and ends inside one.
+      {{16, 70001}, {1, 16}, 16 * 70001},
   };
   HashPool pool(3);
   for (std::size_t es : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
