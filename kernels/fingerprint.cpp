@@ -228,10 +228,10 @@ void copy_transposed(const uint8_t* src, int64_t rows, int64_t cols, int64_t col
   constexpr int64_t kTile = 64 / static_cast<int64_t>(sizeof(T));
   constexpr int64_t es = static_cast<int64_t>(sizeof(T));
   T tile[kTile][kTile];  // tile[j][i]: column j of the tile, as stored
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-    const int64_t ni = std::min(kTile, rows - i0);
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      const int64_t nj = std::min(kTile, cols - j0);
+  for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+    const int64_t nj = std::min(kTile, cols - j0);
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const int64_t ni = std::min(kTile, rows - i0);
       const uint8_t* col = src + (j0 * col_stride + i0) * es;
 #if defined(__SSE2__)
       if constexpr (sizeof(T) >= 2) {
@@ -438,6 +438,8 @@ namespace {
 // chunk of a few very long rows (t() of a 65536 x 1024 matrix: four rows a
 // chunk) re-read each source line once per chunk: 0.36 GB/s.
 constexpr std::size_t kGatherBlockBytes = 32 * 1024;
+constexpr std::size_t kTallBlockBytes = 4 << 20;
+constexpr int64_t kTallTiles = 4;
 
 struct StateDeleter {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
@@ -450,7 +452,14 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
   const auto chunk_bytes = static_cast<int64_t>(kFingerprintChunkBytes);
   const int64_t inner = view.ndim > 0 ? std::max<int64_t>(view.sizes[view.ndim - 1], 1) : 1;
   const int64_t tile_rows = std::max<int64_t>(64 / es, 1);
-  const int64_t rows = std::max(tile_rows, static_cast<int64_t>(kGatherBlockBytes) / (inner * es)) / tile_rows * tile_rows;
+  int64_t rows = std::max(tile_rows, static_cast<int64_t>(kGatherBlockBytes) / (inner * es));
+  if (view.ndim >= 2 && view.strides[view.ndim - 2] == 1 && view.strides[view.ndim - 1] * es >= 4096) {
+    // A transposed view whose columns lie a page or more apart: taller
+    // blocks, so that each visit of a column's page takes four of its lines,
+    // not one. t() of a 16384 x 1024 float32 matrix: 3.0 -> 4.5 GB/s.
+    rows = std::max(rows, std::min(kTallTiles * tile_rows, static_cast<int64_t>(kTallBlockBytes) / (inner * es)));
+  }
+  rows = std::max(rows / tile_rows, int64_t{1}) * tile_rows;
   const int64_t block = rows * inner;  // elements
   thread_local std::vector<uint8_t> buffer;
   thread_local std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());

@@ -105,7 +105,7 @@ std::vector<uint8_t> naive_gather(const std::vector<uint8_t>& base, std::size_t 
 TEST_CASE("batched transposes of every element size gather and hash like their row-major copy") {
   // Rows that do not divide the 1 MiB chunk, matrices that end inside a
   // chunk, a single row per matrix, an expanded (stride 0) inner dimension,
-  // rows so long that one gather block spans chunks.
+  // rows so long that one gather block spans chunks, columns pages apart.
   struct Case {
     std::vector<int64_t> sizes, strides;
     int64_t base_elems;
@@ -124,6 +124,10 @@ TEST_CASE("batched transposes of every element size gather and hash like their r
       // t() of a (70001, 16) matrix: rows of 70001 elements, so one gather
       // block holds several chunks and ends inside one.
       {{16, 70001}, {1, 16}, 16 * 70001},
+      // t() of a (700, 1024) matrix cut to 200 columns: columns 1024
+      // elements apart (a page or more from 4 bytes up: the taller blocks),
+      // 200 rows (a last block shorter than the others).
+      {{200, 700}, {1, 1024}, 1024 * 700},
   };
   HashPool pool(3);
   for (std::size_t es : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{8}}) {
