@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   });
 
   // Transposed matrices (t() of a weight, read by backward's mm): the view is
-  // gathered row-major chunk by chunk before hashing. One the size of a
+  // gathered row-major a block at a time and hashed from there. One the size of a
   // tiny_gpt weight (512 KiB, the same view hashed over and over: in cache,
   // as a weight or activation that was just computed), and the whole buffer
   // as one 1024-row matrix (from memory; columns 4 KiB apart, a page each).
