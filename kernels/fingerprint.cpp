@@ -435,6 +435,7 @@ namespace {
 // chunk) re-read each source line once per chunk: 0.36 GB/s.
 constexpr std::size_t kGatherBlockBytes = 32 * 1024;
 constexpr std::size_t kTallBlockBytes = 4 << 20;
+constexpr std::size_t kMaxBlockBytes = 16 << 20;
 constexpr int64_t kTallTiles = 4;
 
 struct StateDeleter {
@@ -456,7 +457,10 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
     rows = std::max(rows, std::min(kTallTiles * tile_rows, static_cast<int64_t>(kTallBlockBytes) / (inner * es)));
   }
   rows = std::max(rows / tile_rows, int64_t{1}) * tile_rows;
-  const int64_t block = rows * inner;  // elements
+  int64_t block = rows * inner;  // elements
+  // Rows too long for a block of whole ones (a 1-d strided view, a slice of
+  // a very wide matrix) go through in chunk-sized pieces of a row.
+  if (block * es > static_cast<int64_t>(kMaxBlockBytes)) block = chunk_bytes / es;
   thread_local std::vector<uint8_t> buffer;
   thread_local std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
   OPGUARD_CHECK(state != nullptr);
@@ -486,6 +490,8 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
     }
     pos = next;
   }
+  // A block of long rows (up to kMaxBlockBytes) is not kept for the next view.
+  if (buffer.capacity() > kTallBlockBytes) std::vector<uint8_t>().swap(buffer);
 }
 
 }  // namespace

@@ -148,6 +148,31 @@ TEST_CASE("batched transposes of every element size gather and hash like their r
   }
 }
 
+TEST_CASE("views with rows too long for a gather block hash like their row-major copy") {
+  // Every other byte of 10 MB (one row of 5,000,001 elements), and t() of a
+  // (300001, 20) float32 matrix (rows of 1.2 MB, 16 of which would exceed the
+  // block limit): both go through the gather in chunk-sized pieces of a row.
+  struct Case {
+    DType dtype;
+    std::size_t es;
+    std::vector<int64_t> sizes, strides;
+    int64_t base_elems;
+  };
+  const std::vector<Case> cases = {
+      {DType::kUInt8, 1, {5000001}, {2}, 10000002},
+      {DType::kFloat32, 4, {20, 300001}, {1, 20}, 20 * 300001},
+  };
+  HashPool pool(2);
+  for (const Case& c : cases) {
+    CAPTURE(c.es);
+    const auto base = random_bytes(static_cast<std::size_t>(c.base_elems) * c.es, 5);
+    const auto expected = naive_gather(base, c.es, c.sizes, c.strides);
+    TensorView view{c.dtype, c.sizes.data(), c.strides.data(), static_cast<int>(c.sizes.size()), base.data()};
+    REQUIRE(fingerprint(view) == reference_fingerprint(c.dtype, c.sizes, expected));
+    REQUIRE(fingerprint(view, &pool) == reference_fingerprint(c.dtype, c.sizes, expected));
+  }
+}
+
 TEST_CASE("a broadcast view with zero strides hashes its expanded contents") {
   std::vector<float> row = {1.f, 2.f, 3.f};
   std::vector<int64_t> sizes = {4, 3}, strides = {0, 1};
