@@ -1,5 +1,8 @@
 #include "opguard/kernels/fingerprint.h"
 
+// The streaming state's definition, so that each thread keeps one in place
+// (no allocation that could fail on a pool thread).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 // The library's runtime-dispatched XXH3 (AVX2 / AVX-512 where the CPU has
 // them): the same values as the baseline XXH3_64bits, about 2x the speed
@@ -10,7 +13,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -438,10 +440,6 @@ constexpr std::size_t kTallBlockBytes = 4 << 20;
 constexpr std::size_t kMaxBlockBytes = 16 << 20;
 constexpr int64_t kTallTiles = 4;
 
-struct StateDeleter {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-
 // Hashes elements [begin, end) of a strided view, `begin` on a chunk boundary,
 // into hashes[0 ..] (one per chunk the range covers).
 void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, uint64_t* hashes) {
@@ -462,8 +460,7 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
   // a very wide matrix) go through in chunk-sized pieces of a row.
   if (block * es > static_cast<int64_t>(kMaxBlockBytes)) block = chunk_bytes / es;
   thread_local std::vector<uint8_t> buffer;
-  thread_local std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
-  OPGUARD_CHECK(state != nullptr);
+  thread_local XXH3_state_t state;
   buffer.resize(static_cast<std::size_t>(std::min(block, end - begin) * es));
   int64_t filled = 0;  // bytes of the current chunk hashed so far
   for (int64_t pos = begin; pos < end;) {
@@ -477,11 +474,11 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
       if (filled == 0 && (take == chunk_bytes || next == end)) {
         *hashes++ = XXH3_64bits(p, static_cast<std::size_t>(take));  // the whole chunk at once
       } else {
-        if (filled == 0) XXH3_64bits_reset(state.get());
-        XXH3_64bits_update(state.get(), p, static_cast<std::size_t>(take));
+        if (filled == 0) XXH3_64bits_reset(&state);
+        XXH3_64bits_update(&state, p, static_cast<std::size_t>(take));
         filled += take;
         if (filled == chunk_bytes || (next == end && left == take)) {
-          *hashes++ = XXH3_64bits_digest(state.get());
+          *hashes++ = XXH3_64bits_digest(&state);
           filled = 0;
         }
       }
