@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "opguard/core/error.h"
 
@@ -58,10 +60,19 @@ struct HashPool::Impl {
   std::size_t finished = 0;
   uint64_t generation = 0;
 
+  std::exception_ptr error;  // the first exception a job threw, for the caller
+
   void work_on_current() {
     std::size_t local = 0;
     for (std::size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-      fn(ctx, i);
+      // An exception must not leave a worker thread (std::terminate): the
+      // caller rethrows it once every job is done.
+      try {
+        fn(ctx, i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+      }
       ++local;
     }
     if (local > 0) {
@@ -115,12 +126,14 @@ void HashPool::run(std::size_t n, void (*fn)(void*, std::size_t), void* ctx) {
     impl_->n = n;
     impl_->next = 0;
     impl_->finished = 0;
+    impl_->error = nullptr;
     ++impl_->generation;
   }
   impl_->wake.notify_all();
   impl_->work_on_current();
   std::unique_lock<std::mutex> lock(impl_->mutex);
   impl_->done.wait(lock, [&] { return impl_->finished == impl_->n; });
+  if (impl_->error) std::rethrow_exception(std::exchange(impl_->error, nullptr));
 }
 
 // --- fingerprint --------------------------------------------------------------

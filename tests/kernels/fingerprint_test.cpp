@@ -2,9 +2,12 @@
 #include <doctest/doctest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "opguard/kernels/fingerprint.h"
@@ -61,6 +64,25 @@ TEST_CASE("the fingerprint is the same for one thread and for a pool of four") {
   REQUIRE(pool.threads() == 4);
   const uint64_t one = fingerprint(v);
   for (int i = 0; i < 20; ++i) REQUIRE(fingerprint(v, &pool) == one);
+}
+
+TEST_CASE("a job that throws on a pool thread reaches the caller, and the pool goes on working") {
+  HashPool pool(3);
+  std::vector<int> done(64, 0);
+  bool thrown = false;
+  try {
+    pool.parallel_for(done.size(), [&](std::size_t i) {
+      if (i % 7 == 3) throw std::runtime_error("job " + std::to_string(i));
+      done[i] = 1;
+    });
+  } catch (const std::runtime_error& e) {
+    thrown = std::string(e.what()).rfind("job ", 0) == 0;
+  }
+  REQUIRE(thrown);
+  for (std::size_t i = 0; i < done.size(); ++i) REQUIRE(done[i] == (i % 7 == 3 ? 0 : 1));
+  std::vector<int> again(64, 0);
+  pool.parallel_for(again.size(), [&](std::size_t i) { again[i] = 1; });
+  REQUIRE(std::count(again.begin(), again.end(), 1) == 64);
 }
 
 TEST_CASE("a non-contiguous view has the fingerprint of its row-major copy") {
