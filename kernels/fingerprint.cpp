@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <type_traits>
