@@ -293,6 +293,14 @@ void copy_rows(const uint8_t* src, int64_t row_stride, int64_t rows, std::size_t
   }
 }
 
+// The last two dimensions swapped (t(), transpose(-1, -2)) with an element
+// size copy_transposed handles: gather_range moves such rows by tiles.
+bool last_two_swapped(const TensorView& v, std::size_t es) {
+  const int nd = v.ndim;
+  return nd >= 2 && v.strides[nd - 1] != 1 && v.strides[nd - 2] == 1 && v.sizes[nd - 2] > 1 &&
+         (es == 1 || es == 2 || es == 4 || es == 8);
+}
+
 // Row-major walk over a strided view, copying elements [begin, end) into out.
 void gather_range(const TensorView& v, int64_t begin, int64_t end, uint8_t* out) {
   const std::size_t es = dtype_size(v.dtype);
@@ -311,10 +319,8 @@ void gather_range(const TensorView& v, int64_t begin, int64_t end, uint8_t* out)
   const auto* base = static_cast<const uint8_t*>(v.data);
   const int64_t inner = v.sizes[nd - 1];
   const int64_t inner_stride = v.strides[nd - 1];
-  // The last two dimensions swapped (t(), transpose(-1, -2)): whole rows go
-  // through copy_transposed, as many as lie in one matrix.
-  const bool transposed = nd >= 2 && inner_stride != 1 && v.strides[nd - 2] == 1 && v.sizes[nd - 2] > 1 &&
-                          (es == 1 || es == 2 || es == 4 || es == 8);
+  // Transposed: whole rows go through copy_transposed, as many as lie in one matrix.
+  const bool transposed = last_two_swapped(v, es);
   int64_t pos = begin;
   // `rows` whole rows of the last dimension were copied.
   auto advance_rows = [&](int64_t rows) {
@@ -461,7 +467,7 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
   const int64_t inner = view.ndim > 0 ? std::max<int64_t>(view.sizes[view.ndim - 1], 1) : 1;
   const int64_t tile_rows = std::max<int64_t>(64 / es, 1);
   int64_t rows = std::max(tile_rows, static_cast<int64_t>(kGatherBlockBytes) / (inner * es));
-  if (view.ndim >= 2 && view.strides[view.ndim - 2] == 1 && view.strides[view.ndim - 1] * es >= 4096) {
+  if (last_two_swapped(view, static_cast<std::size_t>(es)) && view.strides[view.ndim - 1] * es >= 4096) {
     // A transposed view whose columns lie a page or more apart: taller
     // blocks, so that each visit of a column's page takes four of its lines,
     // not one. t() of a 16384 x 1024 float32 matrix: 3.0 -> 4.5 GB/s.
