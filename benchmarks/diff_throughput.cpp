@@ -26,6 +26,7 @@
 
 #include "opguard/bisect/diff.h"
 #include "opguard/formats/recording.h"
+#include "median.h"
 
 namespace {
 
@@ -145,10 +146,7 @@ int main(int argc, char** argv) {
                   static_cast<double>(events) / s);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  using opguard::bench::median;
   std::printf("%-12s %10s %10s %14s %12s %12s   (median of %d)\n", "suspect", "read s", "diff s", "events/s",
               "diff/read", "diff cpu s", repeats);
   for (const char* suspect : {"same", "perturbed"}) {

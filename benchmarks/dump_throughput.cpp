@@ -28,6 +28,7 @@
 
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
+#include "median.h"
 
 namespace fmts = opguard::formats;
 namespace fs = std::filesystem;
@@ -160,10 +161,7 @@ double write_plain_hdf5(const std::vector<Step>& steps, const std::vector<uint8_
   return seconds_since(t0);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using opguard::bench::median;
 
 }  // namespace
 

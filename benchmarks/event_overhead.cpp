@@ -23,13 +23,11 @@
 #include <vector>
 
 #include "opguard/record/recorder.h"
+#include "median.h"
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using opguard::bench::median;
 
 // Microseconds per call of `body` over `ops` calls.
 double time_per_op(const std::function<void()>& body, int ops) {
