@@ -74,6 +74,7 @@ struct RecordOptions {
   std::string queue_full = "wait";
   bool strict = false;
   int hash_threads = 1;
+  bool hash_on_training_thread = false;
   std::vector<std::string> declare;
   std::vector<std::string> command;
 };
@@ -217,6 +218,7 @@ int run_record(const RecordOptions& o) {
   env.push_back(std::string("OPGUARD_LIB=") + library);
   if (o.strict) env.push_back(std::string(record::kEnvStrict) + "=1");
   env.push_back(std::string(record::kEnvHashThreads) + "=" + std::to_string(o.hash_threads));
+  env.push_back(std::string(record::kEnvDeferHashing) + "=" + (o.hash_on_training_thread ? "0" : "1"));
   env.push_back(std::string(record::kEnvCommand) + "=" + command_line);
   if (!declared.empty()) env.push_back(std::string(record::kEnvDeclared) + "=" + declared);
 
@@ -291,6 +293,9 @@ void add_record_command(CLI::App& app, VerbResult& result) {
       ->check(CLI::IsMember({"wait", "drop"}));
   sub->add_flag("--strict", opts->strict, "Abort the run (exit 74) if the recording cannot be written");
   sub->add_option("--hash-threads", opts->hash_threads, "Threads that hash tensors of 1 MiB or more alongside the training thread (default 1: the training thread alone)");
+  sub->add_flag("--hash-on-training-thread", opts->hash_on_training_thread,
+                "Fingerprint every tensor on the training thread before its op returns, not on the recorder's hashing "
+                "thread (docs/RECORD.md, \"Deferred fingerprints\")");
   sub->add_option("--declare", opts->declare,
                   "Knobs the program applies itself (tp=2,reduce=ring): kept in the manifest for bisect run (repeatable)");
   sub->add_option("command", opts->command, "-- PROGRAM ARGS...")->required();

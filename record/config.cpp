@@ -199,13 +199,20 @@ std::string QueueConfig::to_string() const {
          ";policy=" + (policy == QueueFullPolicy::kWait ? "wait" : "drop");
 }
 
-uint32_t test_writer_delay_from_env() {
-  const char* delay = std::getenv(kEnvTestWriterDelay);
+namespace {
+
+uint32_t delay_from_env(const char* name) {
+  const char* delay = std::getenv(name);
   if (delay == nullptr || *delay == '\0') return 0;
-  const int64_t us = parse_int(delay, kEnvTestWriterDelay);
-  if (us < 0 || us > 1000000) throw UsageError(std::string(kEnvTestWriterDelay) + " must be between 0 and 1000000");
+  const int64_t us = parse_int(delay, name);
+  if (us < 0 || us > 1000000) throw UsageError(std::string(name) + " must be between 0 and 1000000");
   return static_cast<uint32_t>(us);
 }
+
+}  // namespace
+
+uint32_t test_writer_delay_from_env() { return delay_from_env(kEnvTestWriterDelay); }
+uint32_t test_hasher_delay_from_env() { return delay_from_env(kEnvTestHasherDelay); }
 
 std::optional<RecorderConfig> RecorderConfig::from_env() {
   const char* out = std::getenv(kEnvOut);
@@ -225,9 +232,14 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
     if (c.hash_threads < 1 || c.hash_threads > 256)
       throw UsageError("--hash-threads must be between 1 and 256");
   }
+  const std::string defer = get(kEnvDeferHashing);
+  if (!defer.empty() && defer != "0" && defer != "1")
+    throw UsageError(std::string(kEnvDeferHashing) + " must be 0 or 1");
+  c.defer_hashing = defer != "0";
   c.command = get(kEnvCommand);
   c.declared_knobs = get(kEnvDeclared);
   c.test_writer_delay_us = test_writer_delay_from_env();
+  c.test_hasher_delay_us = test_hasher_delay_from_env();
   return c;
 }
 

@@ -19,6 +19,8 @@
 
 namespace opguard::record {
 
+struct DeferredJob;  // deferred.h
+
 struct TensorTask {
   // Identity, flags and fingerprint; its sizes and strides stay empty until
   // the writer copies them from `dims` (move_dims_into_meta). Whatever the
@@ -32,6 +34,16 @@ struct TensorTask {
   // version says nothing about its bits, so the fingerprint cache, keyed on
   // storage and version, must neither serve nor keep it.
   bool cacheable = true;
+
+  // A fingerprint left to the hashing thread (deferred.h): the view's first
+  // element, its storage's first byte, the view's bytes, kernels::probe of
+  // the view when it was deferred, and the job (made when the event is
+  // queued; none before, or when the event was settled where it was queued).
+  const void* deferred_data = nullptr;
+  const void* deferred_base = nullptr;
+  uint64_t deferred_bytes = 0;
+  uint64_t deferred_probe = 0;
+  std::shared_ptr<DeferredJob> job;
 
   static constexpr int kInlineDims = 8;
   int ndim = 0;

@@ -42,6 +42,7 @@
 #include "opguard/record/config.h"
 #include "opguard/record/recorder.h"
 #include "collectives.h"
+#include "deferred.h"
 #include "opguard/record/scope.h"
 #include "record_cuda.h"
 #include "recorder_internal.h"
@@ -189,6 +190,9 @@ struct RecorderImpl {
   std::atomic<bool> opened{false};
   std::atomic<bool> refused{false};  // another process owns this rank
   std::unique_ptr<Writer> writer;
+  // Between the training threads and the writer when fingerprints are
+  // deferred (config.defer_hashing; deferred.h); null otherwise.
+  std::unique_ptr<Hasher> hasher;
   std::unique_ptr<kernels::HashPool> pool;  // helps training threads hash large tensors
   formats::Manifest manifest;
 
@@ -287,8 +291,9 @@ struct RecorderImpl {
   // cached entry is only served while the memory's probe is unchanged),
   // nullptr for device tensors (served on storage and version alone).
   bool cached_fingerprint(TensorTask& task, bool contiguous, const kernels::TensorView* cpu);
+  // `probe`: kernels::probe(*cpu) when the caller has it.
   void cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
-                    const kernels::TensorView* cpu);
+                    const kernels::TensorView* cpu, std::optional<uint64_t> probe = std::nullopt);
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
@@ -507,8 +512,8 @@ void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
 }
 
 void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
-                                const kernels::TensorView* cpu) {
-  const uint64_t probe = cpu != nullptr ? kernels::probe(*cpu) : 0;
+                                const kernels::TensorView* cpu, std::optional<uint64_t> known_probe) {
+  const uint64_t probe = cpu == nullptr ? 0 : known_probe ? *known_probe : kernels::probe(*cpu);
   const formats::TensorMeta& m = task.meta;
   if (!contiguous && task.ndim > kMaxCachedDims) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
@@ -632,6 +637,43 @@ OpguardRecordCudaChunkHashes cuda_chunk_hashes() {
   return fn;
 }
 
+// Fingerprints one deferred tensor (ValueBuilder::defers), on whichever
+// thread claimed its job. A tensor whose probe changed while it waited was
+// written without the dispatcher (numpy, data_ptr): its hash may mix old and
+// new bytes, so it is recorded as not fingerprinted, and the first such
+// tensor is reported on stderr.
+void run_deferred(void* context, TensorTask& task) {
+  RecorderImpl& rec = *static_cast<RecorderImpl*>(context);
+  formats::TensorMeta& m = task.meta;
+  kernels::TensorView view;
+  view.dtype = m.dtype;
+  view.sizes = task.sizes();
+  view.strides = task.strides();
+  view.ndim = task.ndim;
+  view.data = task.deferred_data;
+  const bool contiguous = view.is_contiguous();
+  try {
+    if (task.cacheable && rec.cached_fingerprint(task, contiguous, &view)) return;
+    thread_local std::vector<uint64_t> chunks;
+    kernels::chunk_hashes(view, &chunks, nullptr);
+    const uint64_t probe = kernels::probe(view);
+    if (probe != task.deferred_probe) {
+      m.flags |= formats::kTensorNotFingerprinted;
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        std::fprintf(stderr,
+                     "opguard: a tensor was written without the dispatcher (numpy, data_ptr) while it waited to be "
+                     "fingerprinted: it is recorded as not fingerprinted (docs/RECORD.md)\n");
+      return;
+    }
+    m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim, task.deferred_bytes, chunks.data(),
+                                                  chunks.size());
+    if (task.cacheable) rec.cache_chunks(task, contiguous, chunks, &view, probe);
+  } catch (const std::exception&) {
+    m.flags |= formats::kTensorNotFingerprinted;
+  }
+}
+
 struct ValueBuilder {
   RecorderImpl& rec;
   PendingEvent& pending;
@@ -641,6 +683,13 @@ struct ValueBuilder {
   // its inputs' then its outputs').
   std::size_t base;
   std::vector<at::Tensor> tensors;  // parallel to values; dropped by settle()
+  // Host memory (storages' first bytes) this op writes: an input that shares
+  // it is hashed now, not deferred. More than fit: none is deferred.
+  static constexpr int kMaxWritten = 4;
+  const void* written_bases[kMaxWritten] = {};
+  int n_written = 0;
+  // Outputs hashed on this thread (a collective: its backend writes them).
+  bool outputs_now = false;
 
   void reserve(std::size_t n) {
     values.reserve(n);
@@ -667,6 +716,14 @@ struct ValueBuilder {
     }
     v.kind = ValueKind::kTensor;
     add(std::move(v));
+    if (written && rec.hasher && t.has_storage() && t.device().is_cpu()) {
+      // The op is about to write this memory: no deferred hash of it (through
+      // any view) may be left; this thread runs those not yet started.
+      const void* memory = t.storage().data();
+      DeferredHashing::instance().wait_clear(memory, run_deferred, &rec);
+      if (n_written < kMaxWritten) written_bases[n_written] = memory;
+      ++n_written;
+    }
     TensorTask& task = pending.tasks.back().emplace();
     formats::TensorMeta& m = task.meta;
     auto dtype = to_dtype(t.scalar_type());
@@ -713,6 +770,29 @@ struct ValueBuilder {
     return n;
   }
 
+  // Whether tensor i (not copied, not in the cache) can be hashed on the
+  // hashing thread (deferred.h): host memory whose free can wait, large
+  // enough to be worth it, not written by this op (inputs), made by an op
+  // that reads tensors (outputs: a factory's output is often filled next
+  // without the dispatcher, by numpy or data_ptr).
+  bool defers(std::size_t i, const at::Tensor& t, bool outputs, uint64_t nbytes) const {
+    constexpr uint64_t kMinBytes = 16 * 1024;          // below: hashing costs less than deferring
+    // Memory whose frees may be held back: at most the queue's bound (the
+    // memory the user lets the recorder hold), and 256 MiB.
+    const uint64_t max_outstanding = std::min<uint64_t>(256ull << 20, rec.config.queue.max_bytes);
+    if (!rec.hasher || nbytes < kMinBytes || !t.device().is_cpu() || !frees_can_wait(t.storage())) return false;
+    if (DeferredHashing::instance().outstanding_bytes() + nbytes > max_outstanding) return false;
+    if (outputs) {
+      if (outputs_now) return false;
+      for (const Value& v : pending.event.inputs)
+        if (v.kind == ValueKind::kTensor || v.kind == ValueKind::kTensorList) return true;
+      return false;
+    }
+    if (values[i].mutated || n_written > kMaxWritten) return false;
+    const void* memory = t.storage().data();
+    return std::find(written_bases, written_bases + n_written, memory) == written_bases + n_written;
+  }
+
   // Fingerprints every tensor this builder holds, on this thread, copies the
   // full contents when the event is dumped and `keep_data` (the queue took
   // them), and drops the references. Outputs of empty* ops are marked
@@ -757,6 +837,16 @@ struct ValueBuilder {
       cpu_view.data = t.device().is_cpu() ? t.const_data_ptr() : nullptr;
       const kernels::TensorView* cpu = cpu_view.data != nullptr ? &cpu_view : nullptr;
       if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous, cpu)) continue;
+      const uint64_t nbytes = static_cast<uint64_t>(task.numel()) * dtype_size(m.dtype);
+      if (!copy && defers(i, t, outputs, nbytes)) {
+        // Hashed by run_deferred on the hashing thread (or by a thread that
+        // writes this memory first); the job is made when the event is queued.
+        task.deferred_data = cpu_view.data;
+        task.deferred_base = t.storage().data();
+        task.deferred_bytes = nbytes;
+        task.deferred_probe = kernels::probe(cpu_view);
+        continue;
+      }
       try {
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         at::Tensor host;
@@ -904,6 +994,23 @@ struct ValueBuilder {
     values.back().text = gen.device().str();
   }
 };
+
+}  // namespace
+
+namespace {
+
+// Fingerprints an event's deferred tensors, on the hashing thread (those a
+// training thread has not claimed: run_deferred).
+void settle_deferred(RecorderImpl& rec, PendingEvent& pending) {
+  for (auto& task : pending.tasks) {
+    if (!task || task->deferred_data == nullptr) continue;
+    if (task->job) {
+      DeferredHashing::instance().run_or_wait(*task->job, run_deferred, &rec);
+    } else {
+      run_deferred(&rec, *task);  // settled where it was queued (Hasher::push after finish)
+    }
+  }
+}
 
 }  // namespace
 
@@ -1216,6 +1323,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   const auto& outs = fn.outputs();
   if (is_collective(fn.name())) {
     for (const at::Tensor& t : wait_for_collective(outs)) rec.forget_fingerprints(t);
+    outputs.outputs_now = true;
   }
   outputs.reserve(outs.size());
   for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -1231,10 +1339,17 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   }
   ev.step = rec.step.load();
   rec.events.fetch_add(1, std::memory_order_relaxed);
-  rec.writer->enqueue(std::move(ctx->pending));
+  if (rec.hasher) {
+    rec.hasher->enqueue(std::move(ctx->pending));
+  } else {
+    rec.writer->enqueue(std::move(ctx->pending));
+  }
 }
 
-void on_fork_child() { g_in_forked_child.store(true); }
+void on_fork_child() {
+  g_in_forked_child.store(true);
+  DeferredHashing::instance().forked();
+}
 
 }  // namespace
 
@@ -1279,6 +1394,9 @@ void RecorderImpl::open_recording() {
     pool = std::make_unique<kernels::HashPool>(config.hash_threads);
     writer = std::make_unique<Writer>(rank_dir, rank, step.load(), config,
                                       [this](const std::string& m, int64_t s) { fail_once(*this, m, s); });
+    if (config.defer_hashing)
+      hasher = std::make_unique<Hasher>(*writer, [this](PendingEvent& p) { settle_deferred(*this, p); },
+                                        config.test_hasher_delay_us);
   } catch (const std::exception& e) {
     fail_once(*this, e.what(), -1);
   }
@@ -1396,6 +1514,7 @@ void start_recording(const RecorderConfig& config) {
   std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
   // A previous recorder of this process stays allocated (never freed): a
   // callback already running on another thread may still read it.
+  if (config.defer_hashing) install_deferring_allocator();
   g_recorder = rec;
   rec->active.store(true, std::memory_order_release);
   rec->handle = at::addGlobalCallback(
@@ -1413,6 +1532,7 @@ void stop_recording() {
   if (g_in_forked_child.load()) return;
   at::removeCallback(rec->handle);
   rec->active.store(false);
+  if (rec->hasher) rec->hasher->finish();  // hands everything on to the writer
   if (rec->writer) {
     rec->writer->finish();
     if (rec->writer->failed()) rec->failed.store(true);
@@ -1483,7 +1603,9 @@ void Recorder::start(const RecorderOptions& options) {
   config.queue = record::parse_queue(options.queue);
   config.strict = options.strict;
   config.hash_threads = options.hash_threads;
+  config.defer_hashing = options.defer_hashing;
   config.test_writer_delay_us = record::test_writer_delay_from_env();
+  config.test_hasher_delay_us = record::test_hasher_delay_from_env();
   record::start_recording(config);
 }
 
@@ -1498,7 +1620,13 @@ void Recorder::step() {
   RecorderImpl* rec = g_recorder;
   if (rec == nullptr || !rec->active.load()) return;
   rec->step.fetch_add(1);
-  if (rec->writer && !rec->failed.load()) rec->writer->end_step();
+  if (rec->writer && !rec->failed.load()) {
+    if (rec->hasher) {
+      rec->hasher->end_step();
+    } else {
+      rec->writer->end_step();
+    }
+  }
 }
 
 void Recorder::mark(const at::Tensor& tensor, const std::string& name) { record::mark_tensor(tensor, name); }

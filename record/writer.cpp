@@ -13,6 +13,7 @@ thread_local bool t_is_writer_thread = false;
 }  // namespace
 
 bool is_writer_thread() { return t_is_writer_thread; }
+void mark_writer_thread() { t_is_writer_thread = true; }
 
 Writer::Writer(std::string rank_dir, int rank, int64_t first_step, const RecorderConfig& config,
                std::function<void(const std::string&, int64_t)> on_failure)
@@ -42,23 +43,32 @@ void Writer::wait_for_room(uint64_t bytes) {
 }
 
 void Writer::enqueue(std::unique_ptr<PendingEvent> event) {
-  if (failed_.load()) return;
-  event->meta_bytes = estimate_event_bytes(*event);
-  const uint64_t bytes = event->queued_bytes + event->meta_bytes;
+  if (admit(*event)) enqueue_admitted(std::move(event));
+}
+
+bool Writer::admit(PendingEvent& event) {
+  if (failed_.load()) return false;
+  event.meta_bytes = estimate_event_bytes(event);
+  const uint64_t bytes = event.queued_bytes + event.meta_bytes;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!fits_locked(bytes)) {
+    // The writer is behind by a whole queue: wait for it, whatever the
+    // policy (only full contents are ever dropped, never events).
+    urgent_ = true;
+    wake_.notify_one();
+    room_.wait(lock, [&] { return fits_locked(bytes) || stopping_ || failed_.load(); });
+    if (failed_.load()) return false;
+  }
+  queued_bytes_ += bytes;
+  if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_.store(queued_bytes_);
+  return true;
+}
+
+void Writer::enqueue_admitted(std::unique_ptr<PendingEvent> event) {
   bool wake = false;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!fits_locked(bytes)) {
-      // The writer is behind by a whole queue: wait for it, whatever the
-      // policy (only full contents are ever dropped, never events).
-      urgent_ = true;
-      wake_.notify_one();
-      room_.wait(lock, [&] { return fits_locked(bytes) || stopping_ || failed_.load(); });
-      if (failed_.load()) return;
-    }
+    std::lock_guard<std::mutex> lock(mutex_);
     const bool holds_copies = event->queued_bytes > 0;
-    queued_bytes_ += bytes;
-    if (queued_bytes_ > peak_queued_bytes_.load()) peak_queued_bytes_.store(queued_bytes_);
     queue_.push_back(Item{std::move(event)});
     // Waking the writer for every event cost a futex call and a context
     // switch per operator on the training thread; it takes them in batches
@@ -115,7 +125,7 @@ void Writer::end_step() {
 }
 
 void Writer::thread_main() {
-  t_is_writer_thread = true;
+  mark_writer_thread();
   at::RecordFunctionGuard no_recording(false);
   std::deque<Item> batch;
   std::vector<std::unique_ptr<PendingEvent>> written;
@@ -248,16 +258,19 @@ void Writer::fail(const std::string& message) {
   if (on_failure_) on_failure_(message, open_step_);
 }
 
-void Writer::finish() {
+void Writer::finish() { stop_queue_thread(mutex_, finished_, stopping_, wake_, room_, thread_); }
+
+void stop_queue_thread(std::mutex& mutex, bool& finished, bool& stopping, std::condition_variable& wake,
+                       std::condition_variable& room, std::thread& thread) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (finished_) return;
-    finished_ = true;
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (finished) return;
+    finished = true;
+    stopping = true;
   }
-  wake_.notify_all();
-  room_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  wake.notify_all();
+  room.notify_all();
+  if (thread.joinable()) thread.join();
 }
 
 }  // namespace opguard::record

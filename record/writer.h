@@ -37,6 +37,12 @@ class Writer {
   // contents first (has_room / wait_for_room); enqueue itself blocks only
   // while the event would push the queue past its bound (config.h says why).
   void enqueue(std::unique_ptr<PendingEvent> event);
+  // enqueue() in two halves, for a stage in between (deferred.h's Hasher):
+  // admit() counts the event against the bound (waiting for room as
+  // enqueue does) on the training thread; false: the writer failed, drop
+  // it. enqueue_admitted() queues an admitted event.
+  bool admit(PendingEvent& event);
+  void enqueue_admitted(std::unique_ptr<PendingEvent> event);
   // An empty event to fill: one the writer has written and cleared (its
   // task vector keeps its capacity), or a new one. Recycling them spares the
   // training thread an allocation of the task vector per operator, which is
@@ -110,5 +116,12 @@ class Writer {
 
 // True on the recorder's own threads: the hook ignores what they dispatch.
 bool is_writer_thread();
+void mark_writer_thread();  // called first by each of the recorder's own threads
+
+// Stops a thread that serves a queue (Writer, Hasher): sets `stopping` under
+// `mutex`, once (`finished` says it was done), wakes the waiters of `wake`
+// and `room`, and joins `thread`.
+void stop_queue_thread(std::mutex& mutex, bool& finished, bool& stopping, std::condition_variable& wake,
+                       std::condition_variable& room, std::thread& thread);
 
 }  // namespace opguard::record

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -496,4 +497,120 @@ TEST_CASE("ops dispatched from torch's worker threads (intra-op parallel_for, in
     REQUIRE(e->outputs[0].tensor.fingerprint == fp_of(xs[item].mul(3)));
   }
   REQUIRE(saw_launched);
+}
+
+// --- fingerprints taken on the hashing thread (record/deferred.h) ------------
+
+namespace {
+
+// Records `body` with fingerprints deferred or not; `hasher_delay_us`: the
+// hashing thread sleeps that long before each event it hashes, so that the
+// program runs ahead of it.
+template <typename Fn>
+Recorded record_deferred(Fn&& body, bool defer, uint32_t hasher_delay_us = 0) {
+  const std::string dir = temp_dir();
+  opguard::RecorderOptions options;
+  options.out_dir = dir;
+  options.defer_hashing = defer;
+  if (hasher_delay_us > 0) setenv("OPGUARD_TEST_HASHER_DELAY_US", std::to_string(hasher_delay_us).c_str(), 1);
+  opguard::Recorder::start(options);
+  unsetenv("OPGUARD_TEST_HASHER_DELAY_US");
+  body();
+  opguard::Recorder::stop();
+  return read_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("a deferred output that the next op overwrites in place is fingerprinted as its op left it") {
+  const at::Tensor x = at::rand({64, 1024});  // outputs of 256 KiB: deferred
+  const uint64_t tripled = fp_of(x.mul(3)), plus_one = fp_of(x.mul(3).add(1));
+  auto r = record_deferred(
+      [&] {
+        for (int i = 0; i < 20; ++i) {
+          at::Tensor y = x.mul(3);
+          y.add_(1);  // the hashing thread sleeps: y's hash has not started
+        }
+      },
+      true, 2000);
+  auto mul = find_ops(r, "aten::mul");
+  auto add = find_ops(r, "aten::add_");
+  REQUIRE(mul.size() == 20);
+  REQUIRE(add.size() == 20);
+  for (std::size_t i = 0; i < mul.size(); ++i) {
+    REQUIRE(mul[i]->outputs[0].tensor.fingerprint == tripled);
+    REQUIRE(add[i]->inputs[0].tensor.fingerprint == tripled);
+    REQUIRE(add[i]->outputs[0].tensor.fingerprint == plus_one);
+  }
+}
+
+TEST_CASE("the memory of a deferred output freed at once is not reused before it is hashed") {
+  const at::Tensor x = at::rand({64, 1024});
+  const uint64_t tripled = fp_of(x.mul(3));
+  auto r = record_deferred(
+      [&] {
+        for (int i = 0; i < 20; ++i) {
+          { at::Tensor y = x.mul(3); }  // freed before its hash starts
+          at::Tensor z = at::full({64, 1024}, 7.0f);  // the same size: malloc would hand back y's memory
+          z.mul_(2);
+        }
+      },
+      true, 2000);
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 20);
+  for (const Event* e : mul) REQUIRE(e->outputs[0].tensor.fingerprint == tripled);
+}
+
+TEST_CASE("a deferred output written without the dispatcher before it is hashed is recorded as not fingerprinted") {
+  const at::Tensor x = at::rand({64, 1024});
+  auto r = record_deferred(
+      [&] {
+        at::Tensor y = x.mul(3);
+        std::memset(y.data_ptr(), 0, y.nbytes());  // numpy or a kernel of the program's own would do this
+      },
+      true, 20000);
+  auto mul = find_ops(r, "aten::mul");
+  REQUIRE(mul.size() == 1);
+  const auto& out = mul[0]->outputs[0].tensor;
+  REQUIRE((out.flags & opguard::formats::kTensorNotFingerprinted));
+  REQUIRE_FALSE(out.has_fingerprint());
+}
+
+TEST_CASE("fingerprints deferred to the hashing thread equal those taken on the training thread, event by event") {
+  // Forward, backward and an SGD update of a two-layer MLP, each tensor at
+  // least 64 KiB, whose weights are fresh copies each time.
+  const at::Tensor x0 = at::rand({128, 256}), w1_0 = at::rand({256, 256}) - 0.5, w2_0 = at::rand({256, 64}) - 0.5;
+  auto body = [&] {
+    at::Tensor x = x0.clone();
+    at::Tensor w1 = w1_0.clone().requires_grad_(), w2 = w2_0.clone().requires_grad_();
+    for (int step = 0; step < 3; ++step) {
+      at::Tensor loss = at::matmul(at::gelu(at::matmul(x, w1)), w2).pow(2).mean();
+      loss.backward();
+      at::NoGradGuard no_grad;
+      for (at::Tensor* w : {&w1, &w2}) {
+        w->sub_(w->grad() * 0.1);
+        w->mutable_grad().zero_();
+      }
+    }
+  };
+  auto on_thread = record_deferred(body, false);
+  auto deferred = record_deferred(body, true);
+  REQUIRE(on_thread.events.size() == deferred.events.size());
+  std::size_t tensors = 0;
+  for (std::size_t i = 0; i < on_thread.events.size(); ++i) {
+    const Event& a = on_thread.events[i];
+    const Event& b = deferred.events[i];
+    REQUIRE(a.op == b.op);
+    for (auto values : {&Event::inputs, &Event::outputs}) {
+      REQUIRE((a.*values).size() == (b.*values).size());
+      for (std::size_t v = 0; v < (a.*values).size(); ++v) {
+        INFO("event " << i << " " << a.op << " value " << v);
+        REQUIRE((a.*values)[v].tensor.flags == (b.*values)[v].tensor.flags);
+        REQUIRE((a.*values)[v].tensor.fingerprint == (b.*values)[v].tensor.fingerprint);
+        tensors += (a.*values)[v].tensor.has_fingerprint() ? 1 : 0;
+      }
+    }
+  }
+  MESSAGE(tensors << " fingerprints compared in " << on_thread.events.size() << " events");
+  REQUIRE(tensors > 100);
 }

@@ -18,6 +18,7 @@ inline constexpr const char* kEnvPolicy = "OPGUARD_POLICY";      // SamplingPoli
 inline constexpr const char* kEnvQueue = "OPGUARD_QUEUE";        // QueueConfig text
 inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort on write failure
 inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
+inline constexpr const char* kEnvDeferHashing = "OPGUARD_DEFER_HASHING";  // "0": hash on the training thread
 inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
 // Knobs the program applies itself, which the recorder cannot observe (a
 // parallel decomposition it emulates): `opguard record --declare` checks them
@@ -28,6 +29,8 @@ inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
 // writes (a disk slower than the training), so that tests can fill the queue.
 // `opguard record` passes OPGUARD_TEST_* variables through to the program.
 inline constexpr const char* kEnvTestWriterDelay = "OPGUARD_TEST_WRITER_DELAY_US";
+// Test only: the hashing thread sleeps this long before each event it hashes.
+inline constexpr const char* kEnvTestHasherDelay = "OPGUARD_TEST_HASHER_DELAY_US";
 
 // Exit status of a training process whose recorder failed under --strict.
 inline constexpr int kStrictExitCode = 74;
@@ -85,6 +88,7 @@ uint64_t parse_bytes(const std::string& text);  // "512M", "2G", "1000"
 StepRange parse_step_range(const std::string& text);  // "3", "2:5"
 EventWindow parse_window(const std::string& text);    // "1234", "1234:50", "2.57:10"
 uint32_t test_writer_delay_from_env();                // kEnvTestWriterDelay, 0 when unset
+uint32_t test_hasher_delay_from_env();                // kEnvTestHasherDelay, 0 when unset
 
 struct RecorderConfig {
   std::string out_dir;
@@ -92,9 +96,13 @@ struct RecorderConfig {
   QueueConfig queue;
   bool strict = false;
   int hash_threads = 1;
+  // Fingerprints of host tensors taken on a hashing thread while training
+  // goes on (record/deferred.h); false: on the training thread.
+  bool defer_hashing = true;
   std::string command;
   std::string declared_knobs;  // kEnvDeclared, as opguard record wrote it ("tp=2")
   uint32_t test_writer_delay_us = 0;  // kEnvTestWriterDelay (also read by Recorder::start)
+  uint32_t test_hasher_delay_us = 0;  // kEnvTestHasherDelay (also read by Recorder::start)
 
   // From the kEnv* variables; nullopt when OPGUARD_OUT is unset.
   static std::optional<RecorderConfig> from_env();

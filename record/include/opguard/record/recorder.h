@@ -28,6 +28,9 @@ struct RecorderOptions {
   std::string queue;   // e.g. "bytes=512M;policy=drop"
   bool strict = false;  // abort the process (exit 74) if the recording cannot be written
   int hash_threads = 1;
+  // Host tensors are fingerprinted on a hashing thread while training goes
+  // on (docs/RECORD.md, "Deferred fingerprints"); false: on the training thread.
+  bool defer_hashing = true;
 };
 
 struct RecorderStats {

@@ -1,0 +1,138 @@
+#pragma once
+// Private to record/: fingerprints taken off the training thread.
+//
+// A host tensor that an operator produced or read is hashed on the recorder's
+// hashing thread while the training thread goes on, under two guarantees
+// that its bytes do not change before they are hashed:
+//
+// - Nobody frees them. Host memory comes from a wrapper around libtorch's CPU
+//   allocator (install_deferring_allocator) whose deleter holds back the free
+//   of memory with a hash outstanding until the hash is done. The recorder
+//   keeps no reference to the tensor (pending.h says why it must not).
+// - No operator writes them. Every recorded operator that writes a tensor
+//   (its schema says so) first waits until no hash of that tensor's memory is
+//   outstanding: it hashes them itself, or waits for the one the hashing
+//   thread is on (DeferredHashing::wait_clear). A write without the dispatcher
+//   (numpy, data_ptr) is not seen; a probe of the bytes taken when the hash
+//   was deferred and compared after it catches most of those, and the tensor
+//   is then recorded as not fingerprinted (docs/RECORD.md).
+//
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "pending.h"
+
+namespace c10 {
+struct Storage;
+}
+
+namespace opguard::record {
+
+class Writer;
+
+// Wraps libtorch's CPU allocator, once per process. Memory it hands out is
+// memory whose free can be held back; everything else (memory allocated
+// before, pinned memory, from_blob) is hashed on the training thread.
+void install_deferring_allocator();
+bool frees_can_wait(const c10::Storage& storage);
+
+// One tensor whose fingerprint was deferred. Whoever claims it first hashes
+// it: the hashing thread in queue order, or a training thread that is about
+// to write its memory (it would otherwise wait behind every job queued
+// before it).
+struct DeferredJob {
+  enum State : int { kQueued = 0, kRunning = 1, kDone = 2 };
+  std::atomic<int> state{kQueued};
+  TensorTask* task = nullptr;  // valid until kDone: its event is not handed on before
+  const void* base = nullptr;  // the storage's first byte
+  uint64_t bytes = 0;
+};
+
+// Fingerprints a deferred tensor (settle_deferred's per-tensor work).
+using DeferredRunner = void (*)(void* context, TensorTask& task);
+
+// The outstanding jobs and the held-back frees, for the whole process (the
+// allocator's deleter is a plain function).
+class DeferredHashing {
+ public:
+  static DeferredHashing& instance();
+
+  // A job for `task` (in an event about to be queued; its tensor alive).
+  std::shared_ptr<DeferredJob> add(TensorTask& task);
+  // Runs `job` on this thread unless another thread claimed it; returns once it is done.
+  void run_or_wait(DeferredJob& job, DeferredRunner run, void* context);
+  // Training thread, before an op writes the memory at `base`: every
+  // outstanding job on it is run here or waited for.
+  void wait_clear(const void* base, DeferredRunner run, void* context);
+  // Bytes of outstanding jobs: past a bound the recorder hashes on the training thread.
+  uint64_t outstanding_bytes() const { return outstanding_bytes_.load(std::memory_order_relaxed); }
+
+  // The allocator's deleter: frees `p` now, or when its last job is done.
+  void release(void* p);
+  // In a forked child no hashing thread runs: frees are never held.
+  void forked() { forked_.store(true); }
+
+ private:
+  void complete(DeferredJob& job);
+  struct Entry {
+    std::vector<std::shared_ptr<DeferredJob>> jobs;  // outstanding, on this memory
+    bool freed = false;                              // its free waits for them
+  };
+  std::mutex mutex_;
+  std::unordered_map<const void*, Entry> entries_;  // by storage's first byte
+  std::atomic<uint64_t> outstanding_jobs_{0};
+  std::atomic<uint64_t> outstanding_bytes_{0};
+  std::atomic<bool> forked_{false};
+};
+
+// The stage between the training threads and the writer when hashing is
+// deferred: takes events (and step ends) in order, fingerprints their
+// deferred tensors with `settle`, and hands them on to the writer in the same
+// order. It spins briefly when its queue runs dry, so that the training
+// thread does not pay a futex wake per operator.
+class Hasher {
+ public:
+  // `settle` fingerprints an event's deferred tensors (with run_or_wait).
+  // `test_delay_us`: sleep that long before each event (tests: kEnvTestHasherDelay).
+  Hasher(Writer& writer, std::function<void(PendingEvent&)> settle, uint32_t test_delay_us = 0);
+  ~Hasher();  // finish() if not called
+
+  void enqueue(std::unique_ptr<PendingEvent> event);
+  void end_step();
+  void finish();  // hashes and hands on everything queued; idempotent
+
+ private:
+  void thread_main();
+  void push(std::unique_ptr<PendingEvent> event, bool step_end);
+
+  Writer& writer_;
+  std::function<void(PendingEvent&)> settle_;
+  const uint32_t test_delay_us_;
+  struct Item {
+    std::unique_ptr<PendingEvent> event;  // null: end of step
+  };
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable room_;
+  std::deque<Item> queue_;
+  std::atomic<std::size_t> queued_{0};
+  bool sleeping_ = false;
+  bool stopping_ = false;
+  bool finished_ = false;
+  // Events waiting to be hashed: a producer past this waits, so that a writer
+  // that is behind (and blocks this thread) holds the training threads back
+  // as it would without this stage.
+  static constexpr std::size_t kMaxQueued = 1024;
+  std::thread thread_;
+};
+
+}  // namespace opguard::record
