@@ -171,13 +171,24 @@ void Hasher::push(std::unique_ptr<PendingEvent> event, bool step_end) {
       writer_.enqueue_admitted(std::move(event));
       return;
     }
-    if (event) {
-      // The event's task vector is final now: jobs may point into it.
-      for (auto& task : event->tasks) {
-        if (task && task->deferred_data != nullptr) task->job = DeferredHashing::instance().add(*task);
+    Item item{std::move(event)};
+    try {
+      if (item.event) {
+        // The event's task vector is final now: jobs may point into it.
+        for (auto& task : item.event->tasks) {
+          if (task && task->deferred_data != nullptr) task->job = DeferredHashing::instance().add(*task);
+        }
       }
+      queue_.push_back(std::move(item));  // on failure `item` keeps the event
+    } catch (const std::exception&) {
+      // Out of memory: the jobs made so far must not outlive the event, and
+      // the event must not be lost: hash it here (settle runs its jobs).
+      if (!item.event) throw;
+      lock.unlock();
+      settle_(*item.event);
+      writer_.enqueue_admitted(std::move(item.event));
+      return;
     }
-    queue_.push_back(Item{std::move(event)});
     queued_.store(queue_.size(), std::memory_order_release);
     wake = sleeping_;
   }
