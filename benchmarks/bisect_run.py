@@ -28,7 +28,7 @@ CASES = {
                        {"ATEN_CPU_CAPABILITY": "default"}, []),
     "mkldnn": ([], ["--mkldnn", "off"], {}, {}, []),
     # A 2-way row-parallel down-projection the program applies and declares.
-    "tp": (["--width", "128"], ["--width", "128", "--tp", "2"], {}, {}, ["--declare", "tp=2"]),
+    "tp": (["--width", "96"], ["--width", "96", "--tp", "2"], {}, {}, ["--declare", "tp=2"]),
 }
 # Three knobs changed over the recorded config, one of which matters.
 THREE_KNOBS = {"threads": "threads=1,mkldnn=off,deterministic=on",
