@@ -152,11 +152,16 @@ Hasher::Hasher(Writer& writer, std::function<void(PendingEvent&)> settle, uint32
 
 Hasher::~Hasher() { finish(); }
 
-void Hasher::enqueue(std::unique_ptr<PendingEvent> event) { push(std::move(event), false); }
+void Hasher::enqueue(std::unique_ptr<PendingEvent> event) { push(std::move(event)); }
 
-void Hasher::end_step() { push(nullptr, true); }
+void Hasher::end_step() { push(nullptr); }
 
-void Hasher::push(std::unique_ptr<PendingEvent> event, bool step_end) {
+void Hasher::hand_on(std::unique_ptr<PendingEvent> event) {
+  settle_(*event);
+  writer_.enqueue_admitted(std::move(event));
+}
+
+void Hasher::push(std::unique_ptr<PendingEvent> event) {
   // Counted against the writer's bound now, on the training thread: what
   // waits here is memory the recorder holds like the writer's queue.
   if (event && !writer_.admit(*event)) return;
@@ -164,11 +169,10 @@ void Hasher::push(std::unique_ptr<PendingEvent> event, bool step_end) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (queue_.size() >= kMaxQueued) room_.wait(lock, [&] { return queue_.size() < kMaxQueued || stopping_; });
-    if (stopping_ && !step_end && event) {
+    if (stopping_ && event) {
       // finish() has run: hash here and hand on, in order behind what it drained.
       lock.unlock();
-      settle_(*event);
-      writer_.enqueue_admitted(std::move(event));
+      hand_on(std::move(event));
       return;
     }
     Item item{std::move(event)};
@@ -185,8 +189,7 @@ void Hasher::push(std::unique_ptr<PendingEvent> event, bool step_end) {
       // the event must not be lost: hash it here (settle runs its jobs).
       if (!item.event) throw;
       lock.unlock();
-      settle_(*item.event);
-      writer_.enqueue_admitted(std::move(item.event));
+      hand_on(std::move(item.event));
       return;
     }
     queued_.store(queue_.size(), std::memory_order_release);
@@ -224,8 +227,7 @@ void Hasher::thread_main() {
       if (test_delay_us_ > 0 && std::any_of(item.event->tasks.begin(), item.event->tasks.end(),
                                             [](const auto& t) { return t && t->job; }))
         ::usleep(test_delay_us_);
-      settle_(*item.event);
-      writer_.enqueue_admitted(std::move(item.event));
+      hand_on(std::move(item.event));
     }
     batch.clear();
   }

@@ -112,7 +112,8 @@ class Hasher {
 
  private:
   void thread_main();
-  void push(std::unique_ptr<PendingEvent> event, bool step_end);
+  void push(std::unique_ptr<PendingEvent> event);  // null: end of step
+  void hand_on(std::unique_ptr<PendingEvent> event);  // settle, then to the writer
 
   Writer& writer_;
   std::function<void(PendingEvent&)> settle_;

@@ -637,6 +637,17 @@ OpguardRecordCudaChunkHashes cuda_chunk_hashes() {
   return fn;
 }
 
+// The view a task describes (its dtype, shape and strides), over `data`.
+kernels::TensorView task_view(const TensorTask& task, const void* data) {
+  kernels::TensorView view;
+  view.dtype = task.meta.dtype;
+  view.sizes = task.sizes();
+  view.strides = task.strides();
+  view.ndim = task.ndim;
+  view.data = data;
+  return view;
+}
+
 // Fingerprints one deferred tensor (ValueBuilder::defers), on whichever
 // thread claimed its job. A tensor whose probe changed while it waited was
 // written without the dispatcher (numpy, data_ptr): its hash may mix old and
@@ -645,12 +656,7 @@ OpguardRecordCudaChunkHashes cuda_chunk_hashes() {
 void run_deferred(void* context, TensorTask& task) {
   RecorderImpl& rec = *static_cast<RecorderImpl*>(context);
   formats::TensorMeta& m = task.meta;
-  kernels::TensorView view;
-  view.dtype = m.dtype;
-  view.sizes = task.sizes();
-  view.strides = task.strides();
-  view.ndim = task.ndim;
-  view.data = task.deferred_data;
+  const kernels::TensorView view = task_view(task, task.deferred_data);
   const bool contiguous = view.is_contiguous();
   try {
     if (task.cacheable && rec.cached_fingerprint(task, contiguous, &view)) return;
@@ -826,11 +832,7 @@ struct ValueBuilder {
         rec.dropped.fetch_add(1, std::memory_order_relaxed);
       }
       const bool copy = want_data && keep_data;
-      kernels::TensorView view;
-      view.dtype = m.dtype;
-      view.sizes = task.sizes();
-      view.strides = task.strides();
-      view.ndim = task.ndim;
+      kernels::TensorView view = task_view(task, nullptr);
       const bool contiguous = view.is_contiguous();
       // Host tensors are probed (kernels::probe) before a cached fingerprint is served.
       kernels::TensorView cpu_view = view;
