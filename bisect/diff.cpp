@@ -157,8 +157,8 @@ bool is_write_only(const StepEvents& s, std::size_t event, std::size_t r, const 
   return s.c->string(s.c->values.name[r]) == "out" || overload == "out" || ends_with(overload, "_out");
 }
 
-// The alignment signature (DESIGN.md, Rule 3): op, overload, scope and the
-// structure of every value (kind; dtype and shape of tensors), never their bits
+// The alignment signature (DESIGN.md, Rule 3): op, overload, scope, autograd
+// node and the structure of every value (kind; dtype and shape of tensors), never their bits
 // or non-tensor values, so that a changed argument still aligns. Names enter
 // as hashes of their text (`string_hash`, per row of the string table): equal
 // across files without any shared state, so that the helper thread that reads
@@ -191,6 +191,10 @@ uint64_t signature(const formats::StepColumns& c, const std::vector<uint64_t>& s
   h.add(string_hash[e.op[i]]);
   h.add(string_hash[e.overload[i]]);
   h.add(string_hash[e.scope[i]]);
+  // The autograd node a backward op runs for: ops of two different nodes
+  // (AddmmBackward0's t of the gradient, MmBackward0's t of a weight shard)
+  // are different computations even where their shapes coincide.
+  h.add(string_hash[e.node[i]]);
   auto add_values = [&](std::size_t first, std::size_t last) {
     h.add(last - first);
     for (std::size_t r = first; r < last; ++r) {

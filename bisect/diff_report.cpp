@@ -224,6 +224,22 @@ std::string manifest_difference_text(const ManifestDifference& d) {
   return t;
 }
 
+// The last line. Runs whose only differences are events one run has (no
+// aligned event differs: a tensor-parallel split that happens to give the
+// unsplit bits) say so: nothing computed differently where both ran it.
+std::string verdict_line(const DiffReport& r) {
+  if (!r.diverged) return "runs agree bitwise\n";
+  const auto& c = r.totals.counts;
+  int64_t differing = 0;
+  for (int k = 1; k < kNumEventClasses; ++k)
+    if (k != static_cast<int>(EventClass::kUnmatched)) differing += c[k];
+  const int64_t unmatched = c[static_cast<int>(EventClass::kUnmatched)];
+  if (!r.first_divergent && differing == 0 && unmatched > 0 && r.notes.empty())
+    return fmt::format("runs diverge in structure only: {} event(s) only one run has; every aligned event is same\n",
+                       unmatched);
+  return "runs diverge\n";
+}
+
 }  // namespace
 
 std::string report_json(const DiffReport& r) {
@@ -337,7 +353,7 @@ std::string report_text(const DiffReport& r) {
   if (!r.trace_path.empty())
     t += fmt::format("trace: {}{} (open it in ui.perfetto.dev or chrome://tracing)\n", r.trace_path,
                      r.trace_truncated ? ", truncated to the first events" : "");
-  t += r.diverged ? "runs diverge\n" : "runs agree bitwise\n";
+  t += verdict_line(r);
   return t;
 }
 

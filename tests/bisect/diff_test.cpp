@@ -387,6 +387,33 @@ TEST_CASE("a split whose result is bitwise equal is no divergence; a split that 
   }
 }
 
+TEST_CASE("ops of different autograd nodes never align, even where op, scope and shapes coincide: a split that "
+          "gives the unsplit bits is no divergence, only events one run has") {
+  // tiny_gpt --tp 2 at --width 128 on a CPU whose MKL gives the unsplit bits
+  // for two shards of 256: the reference's backward transposes the gradient
+  // [256,128] for its AddmmBackward0, the suspect a weight shard's transpose,
+  // also [256,128], for a partial linear's MmBackward0. Paired, they made the
+  // split a region whose "result differs where it is read".
+  TempDir dir;
+  Run a, b;
+  tensor_parallel_runs(a, b, 500);
+  const T grad{20, 0, 900, {2, 3}};
+  Op ref_t{"aten::t", {tensor("self", grad)}, {tensor("", T{20, 0, 901, {3, 2}, DType::kFloat32, 0, {1, 3}})},
+           "mlp.proj", Phase::kBackward, "", "AddmmBackward0"};
+  a.add(0, ref_t);
+  const T w0_t{3, 1, 33, {2, 3}, DType::kFloat32, 0, {1, 4}};  // the shard's transpose: a view of w's storage
+  Op sus_t{"aten::t", {tensor("self", w0_t)}, {tensor("", T{3, 1, 34, {3, 2}, DType::kFloat32, 0, {4, 1}})},
+           "mlp.proj", Phase::kBackward, "", "MmBackward0"};
+  b.add(0, sus_t);
+  auto d = diff(a, b, dir);
+  CHECK_FALSE(d.report.first_divergent);
+  CHECK(d.report.origins.empty());
+  CHECK(d.by_suspect_id["9"] == EventClass::kSame);
+  CHECK(d.by_suspect_id["10"] == EventClass::kUnmatched);
+  CHECK(count(d, EventClass::kPropagated) == 0);
+  CHECK(bisect::report_text(d.report).find("runs diverge in structure only") != std::string::npos);
+}
+
 TEST_CASE("a gap that also reads bits that already differed is not a source, even where its reader's bits come "
           "from a part of it that read equal inputs") {
   TempDir dir;

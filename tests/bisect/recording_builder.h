@@ -73,6 +73,7 @@ struct Op {
   std::string scope{};
   Phase phase = Phase::kForward;
   std::string overload{};
+  std::string node{};  // autograd node of a backward op
 };
 
 // One run of one rank: events appended step by step, written by write().
@@ -99,6 +100,7 @@ class Run {
     e.overload = op.overload;
     e.schema = op.name + "(...)";
     e.scope = op.scope;
+    e.node = op.node;
     e.t_start_ns = start_ns;
     e.t_end_ns = end_ns;
     e.inputs = op.inputs;
