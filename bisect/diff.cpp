@@ -52,7 +52,7 @@ using formats::ValueKind;
 
 // Manifest keys that differ between any two runs and say nothing about numerics.
 const std::set<std::string> kVolatileInfo = {"start_time", "end_time", "pid", "bytes_written", "peak_queued_bytes",
-                                             "events", "dropped_tensors", "peak_rss_bytes"};
+                                             "events", "dropped_tensors", "peak_rss_bytes", "written_while_deferred"};
 
 constexpr int kNumPhases = 4;
 
@@ -1017,7 +1017,7 @@ void diff_manifests(const Side& ref, const Side& sus, const std::vector<std::pai
     if (d.section == "env") return 0;
     if (d.section == "manifest") return 1;
     static const std::set<std::string> kContext = {"argv", "record_command", "cwd", "hostname", "sampling_policy",
-                                                   "program", "queue", "strict"};
+                                                   "program", "queue", "strict", "fingerprints"};
     return kContext.count(d.key) ? 3 : 2;
   };
   std::stable_sort(report.manifest_differences.begin(), report.manifest_differences.end(),

@@ -555,33 +555,32 @@ namespace {
 
 constexpr std::size_t kProbeLine = 64;
 
-// Calls f(offset, length) for each line probe() reads in a span of `span`
-// bytes (span > 2 lines): one at every kProbeStrideBytes (the last one cut
-// short where the span ends), then the span's last 64 bytes.
+// Calls f(offset, length) for each line a probe with `stride` reads in a span
+// of `span` bytes (span > 2 lines): one at every `stride` bytes (the last one
+// cut short where the span ends), then the span's last 64 bytes.
 template <typename F>
-void for_each_probe_line(std::size_t span, F&& f) {
-  for (std::size_t at = 0; at < span; at += kProbeStrideBytes) f(at, std::min(kProbeLine, span - at));
+void for_each_probe_line(std::size_t span, std::size_t stride, F&& f) {
+  for (std::size_t at = 0; at < span; at += stride) f(at, std::min(kProbeLine, span - at));
   f(span - kProbeLine, kProbeLine);
 }
 
-}  // namespace
-
-uint64_t probe(const TensorView& view) {
-  const int64_t numel = view.numel();
-  if (numel == 0) return 0;
-  const std::size_t es = dtype_size(view.dtype);
-  int64_t last = numel - 1;  // offset of the last element, in elements (torch strides are >= 0)
+// Bytes from the view's first element to the end of its last (torch strides are >= 0).
+std::size_t byte_span(const TensorView& view) {
+  int64_t last = view.numel() - 1;  // offset of the last element, in elements
   if (view.strides != nullptr) {
     last = 0;
     for (int d = 0; d < view.ndim; ++d) last += (view.sizes[d] - 1) * view.strides[d];
   }
-  const std::size_t span = (static_cast<std::size_t>(last) + 1) * es;
+  return (static_cast<std::size_t>(last) + 1) * dtype_size(view.dtype);
+}
+
+uint64_t probe_with_stride(const TensorView& view, std::size_t span, std::size_t stride) {
   const auto* p = static_cast<const uint8_t*>(view.data);
   if (span <= 2 * kProbeLine) return XXH3_64bits(p, span);
   thread_local std::vector<uint8_t> lines;
-  lines.resize(((span - 1) / kProbeStrideBytes + 2) * kProbeLine);
+  lines.resize(((span - 1) / stride + 2) * kProbeLine);
   uint8_t* out = lines.data();
-  for_each_probe_line(span, [&](std::size_t at, std::size_t n) {
+  for_each_probe_line(span, stride, [&](std::size_t at, std::size_t n) {
     if (n == kProbeLine) {
       std::memcpy(out, p + at, kProbeLine);  // a constant size: inline moves
     } else {
@@ -593,13 +592,27 @@ uint64_t probe(const TensorView& view) {
   return XXH3_64bits(lines.data(), static_cast<std::size_t>(out - lines.data()));
 }
 
+}  // namespace
+
+uint64_t probe(const TensorView& view) {
+  if (view.numel() == 0) return 0;
+  return probe_with_stride(view, byte_span(view), kProbeStrideBytes);
+}
+
+uint64_t quick_probe(const TensorView& view) {
+  if (view.numel() == 0) return 0;
+  const std::size_t span = byte_span(view);
+  const std::size_t spread = (span / kQuickProbeLines + kProbeLine - 1) / kProbeLine * kProbeLine;
+  return probe_with_stride(view, span, std::max(kProbeStrideBytes, spread));
+}
+
 void stamp_probe_lines(void* data, std::size_t nbytes, uint8_t byte) {
   auto* p = static_cast<uint8_t*>(data);
   if (nbytes <= 2 * kProbeLine) {
     std::memset(p, byte, nbytes);
     return;
   }
-  for_each_probe_line(nbytes, [&](std::size_t at, std::size_t n) { std::memset(p + at, byte, n); });
+  for_each_probe_line(nbytes, kProbeStrideBytes, [&](std::size_t at, std::size_t n) { std::memset(p + at, byte, n); });
 }
 
 void gather_contiguous(const TensorView& view, void* out) {

@@ -36,7 +36,7 @@ struct TensorTask {
   bool cacheable = true;
 
   // A fingerprint left to the hashing thread (deferred.h): the view's first
-  // element, its storage's first byte, the view's bytes, kernels::probe of
+  // element, its storage's first byte, the view's bytes, kernels::quick_probe of
   // the view when it was deferred, and the job (made when the event is
   // queued; none before, or when the event was settled where it was queued).
   const void* deferred_data = nullptr;

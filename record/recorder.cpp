@@ -179,6 +179,9 @@ struct RecorderImpl {
   std::atomic<bool> optimizer_ranges{false};
   std::atomic<uint64_t> dumped_bytes{0};
   std::atomic<uint64_t> dropped{0};
+  // Deferred tensors whose quick probe changed before they were hashed
+  // (written without the dispatcher): recorded as not fingerprinted.
+  std::atomic<uint64_t> written_while_deferred{0};
   std::atomic<uint64_t> events{0};
   std::atomic<bool> budget_exhausted{false};
   std::atomic<uint32_t> next_stream{1};
@@ -291,9 +294,9 @@ struct RecorderImpl {
   // cached entry is only served while the memory's probe is unchanged),
   // nullptr for device tensors (served on storage and version alone).
   bool cached_fingerprint(TensorTask& task, bool contiguous, const kernels::TensorView* cpu);
-  // `probe`: kernels::probe(*cpu) when the caller has it.
+  // Host tensors (`cpu`) are cached with their kernels::probe.
   void cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
-                    const kernels::TensorView* cpu, std::optional<uint64_t> probe = std::nullopt);
+                    const kernels::TensorView* cpu);
   // Drops the cached hashes of t's storage: a backend wrote it without bumping
   // its version (c10d collectives, collectives.h).
   void forget_fingerprints(const at::Tensor& t);
@@ -512,8 +515,8 @@ void RecorderImpl::forget_fingerprints(const at::Tensor& t) {
 }
 
 void RecorderImpl::cache_chunks(const TensorTask& task, bool contiguous, const std::vector<uint64_t>& chunks,
-                                const kernels::TensorView* cpu, std::optional<uint64_t> known_probe) {
-  const uint64_t probe = cpu == nullptr ? 0 : known_probe ? *known_probe : kernels::probe(*cpu);
+                                const kernels::TensorView* cpu) {
+  const uint64_t probe = cpu == nullptr ? 0 : kernels::probe(*cpu);
   const formats::TensorMeta& m = task.meta;
   if (!contiguous && task.ndim > kMaxCachedDims) return;
   std::lock_guard<std::mutex> lock(cache_mutex);
@@ -662,9 +665,9 @@ void run_deferred(void* context, TensorTask& task) {
     if (task.cacheable && rec.cached_fingerprint(task, contiguous, &view)) return;
     thread_local std::vector<uint64_t> chunks;
     kernels::chunk_hashes(view, &chunks, nullptr);
-    const uint64_t probe = kernels::probe(view);
-    if (probe != task.deferred_probe) {
+    if (kernels::quick_probe(view) != task.deferred_probe) {
       m.flags |= formats::kTensorNotFingerprinted;
+      rec.written_while_deferred.fetch_add(1, std::memory_order_relaxed);
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         std::fprintf(stderr,
@@ -674,13 +677,28 @@ void run_deferred(void* context, TensorTask& task) {
     }
     m.fingerprint = kernels::combine_chunk_hashes(m.dtype, view.sizes, view.ndim, task.deferred_bytes, chunks.data(),
                                                   chunks.size());
-    if (task.cacheable) rec.cache_chunks(task, contiguous, chunks, &view, probe);
+    if (task.cacheable) rec.cache_chunks(task, contiguous, chunks, &view);
   } catch (const std::exception&) {
     m.flags |= formats::kTensorNotFingerprinted;
   }
 }
 
+// A thread's spare tensor vector for ValueBuilder (its capacity: no
+// allocation per event).
+thread_local std::vector<at::Tensor> t_spare_tensors;
+
 struct ValueBuilder {
+  ValueBuilder(RecorderImpl& r, PendingEvent& p, bool d, std::vector<Value>& v)
+      : rec(r), pending(p), dump(d), values(v), base(p.tasks.size()) {
+    tensors.swap(t_spare_tensors);  // empty if another builder on this thread holds it
+  }
+  ~ValueBuilder() {
+    tensors.clear();
+    if (tensors.capacity() > t_spare_tensors.capacity()) tensors.swap(t_spare_tensors);
+  }
+  ValueBuilder(const ValueBuilder&) = delete;
+  ValueBuilder& operator=(const ValueBuilder&) = delete;
+
   RecorderImpl& rec;
   PendingEvent& pending;
   bool dump;
@@ -834,21 +852,24 @@ struct ValueBuilder {
       const bool copy = want_data && keep_data;
       kernels::TensorView view = task_view(task, nullptr);
       const bool contiguous = view.is_contiguous();
-      // Host tensors are probed (kernels::probe) before a cached fingerprint is served.
+      // Host tensors are probed (kernels::probe) before a cached fingerprint
+      // is served, on this thread or the hashing thread.
       kernels::TensorView cpu_view = view;
       cpu_view.data = t.device().is_cpu() ? t.const_data_ptr() : nullptr;
       const kernels::TensorView* cpu = cpu_view.data != nullptr ? &cpu_view : nullptr;
-      if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous, cpu)) continue;
       const uint64_t nbytes = static_cast<uint64_t>(task.numel()) * dtype_size(m.dtype);
       if (!copy && defers(i, t, outputs, nbytes)) {
-        // Hashed by run_deferred on the hashing thread (or by a thread that
-        // writes this memory first); the job is made when the event is queued.
+        // Looked up in the fingerprint cache or hashed by run_deferred on the
+        // hashing thread (or by a thread that writes this memory first); the
+        // job is made when the event is queued. Only a quick probe is taken
+        // here: the cache's own probe (every 4 KiB) runs there too.
         task.deferred_data = cpu_view.data;
         task.deferred_base = t.storage().data();
         task.deferred_bytes = nbytes;
-        task.deferred_probe = kernels::probe(cpu_view);
+        task.deferred_probe = kernels::quick_probe(cpu_view);
         continue;
       }
+      if (!copy && task.cacheable && rec.cached_fingerprint(task, contiguous, cpu)) continue;
       try {
         thread_local std::vector<uint64_t> chunks;  // reused: no allocation per tensor
         at::Tensor host;
@@ -1231,7 +1252,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   const bool dump = rec.wants_dump(ts, *op, pending.scope, ev.stream, ev.seq, ev.step);
   ctx->dump = dump;
 
-  ValueBuilder inputs{rec, pending, dump, ev.inputs, pending.tasks.size(), {}};
+  ValueBuilder inputs(rec, pending, dump, ev.inputs);
   const auto args = fn.inputs();
   // The outputs' slots too: the task vector is allocated once per event.
   pending.tasks.reserve(args.size() + (op->random ? 1 : 0) + op->return_names.size());
@@ -1321,7 +1342,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   ev.t_end_ns = now_ns();
   const OpInfo& op = *pending.op;
   const bool dump = ctx->dump;
-  ValueBuilder outputs{rec, pending, dump, ev.outputs, pending.tasks.size(), {}};
+  ValueBuilder outputs(rec, pending, dump, ev.outputs);
   const auto& outs = fn.outputs();
   if (is_collective(fn.name())) {
     for (const at::Tensor& t : wait_for_collective(outs)) rec.forget_fingerprints(t);
@@ -1452,6 +1473,7 @@ void RecorderImpl::write_manifest(ManifestState state) {
   manifest.info["sampling_policy"] = config.policy.to_string();
   manifest.info["queue"] = config.queue.to_string();
   manifest.info["strict"] = config.strict ? "1" : "0";
+  manifest.info["fingerprints"] = hasher ? "deferred" : "training_thread";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
   if (!config.declared_knobs.empty()) manifest.info["declared_knobs"] = config.declared_knobs;
   if (!failure.empty()) {
@@ -1465,6 +1487,7 @@ void RecorderImpl::write_manifest(ManifestState state) {
     manifest.info["recording_failed"] = failed.load() ? "1" : "0";
     manifest.info["events"] = std::to_string(writer ? writer->events_written() : 0);
     manifest.info["dropped_tensors"] = std::to_string(dropped.load());
+    manifest.info["written_while_deferred"] = std::to_string(written_while_deferred.load());
     manifest.info["peak_queued_bytes"] = std::to_string(writer ? writer->peak_queued_bytes() : 0);
     manifest.info["bytes_written"] = std::to_string(writer ? writer->bytes_written() : 0);
     manifest.info["dump_budget_exhausted"] = budget_exhausted.load() ? "1" : "0";

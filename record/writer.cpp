@@ -79,13 +79,22 @@ void Writer::enqueue_admitted(std::unique_ptr<PendingEvent> event) {
   if (wake) wake_.notify_one();
 }
 
+namespace {
+
+// What a spare event holds: its task and value capacity.
+std::size_t spare_slots(const PendingEvent& p) {
+  return p.tasks.capacity() + p.event.inputs.capacity() + p.event.outputs.capacity();
+}
+
+}  // namespace
+
 std::unique_ptr<PendingEvent> Writer::take_spare() {
   {
     std::lock_guard<std::mutex> lock(spare_mutex_);
     if (!spare_.empty()) {
       std::unique_ptr<PendingEvent> p = std::move(spare_.back());
       spare_.pop_back();
-      spare_slots_ -= p->tasks.capacity();
+      spare_slots_ -= spare_slots(*p);
       return p;
     }
   }
@@ -94,21 +103,28 @@ std::unique_ptr<PendingEvent> Writer::take_spare() {
 
 void Writer::recycle(std::vector<std::unique_ptr<PendingEvent>>& written) {
   for (auto& p : written) {
-    if (p->tasks.capacity() > kMaxSpareTasks) {
+    if (p->tasks.capacity() > kMaxSpareTasks ||
+        p->event.inputs.capacity() + p->event.outputs.capacity() > kMaxSpareTasks) {
       p.reset();
       continue;
     }
-    // Everything back to a new event's state but the task vector's capacity.
+    // Everything back to a new event's state but the capacity of its task
+    // and value vectors.
     std::vector<std::optional<TensorTask>> tasks = std::move(p->tasks);
+    std::vector<formats::Value> inputs = std::move(p->event.inputs), outputs = std::move(p->event.outputs);
     tasks.clear();
+    inputs.clear();
+    outputs.clear();
     *p = PendingEvent();
     p->tasks = std::move(tasks);
+    p->event.inputs = std::move(inputs);
+    p->event.outputs = std::move(outputs);
   }
   {
     std::lock_guard<std::mutex> lock(spare_mutex_);
     for (auto& p : written) {
-      if (!p || spare_slots_ + p->tasks.capacity() > kMaxSpareSlots) continue;
-      spare_slots_ += p->tasks.capacity();
+      if (!p || spare_slots_ + spare_slots(*p) > kMaxSpareSlots) continue;
+      spare_slots_ += spare_slots(*p);
       spare_.push_back(std::move(p));
     }
   }

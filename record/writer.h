@@ -44,7 +44,7 @@ class Writer {
   bool admit(PendingEvent& event);
   void enqueue_admitted(std::unique_ptr<PendingEvent> event);
   // An empty event to fill: one the writer has written and cleared (its
-  // task vector keeps its capacity), or a new one. Recycling them spares the
+  // task and value vectors keep their capacity), or a new one. Recycling them spares the
   // training thread an allocation of the task vector per operator, which is
   // above glibc's small-bin size and made malloc walk its fast bins each time.
   std::unique_ptr<PendingEvent> take_spare();
@@ -91,11 +91,12 @@ class Writer {
   std::deque<Item> queue_;
   std::mutex spare_mutex_;
   std::vector<std::unique_ptr<PendingEvent>> spare_;  // cleared events for take_spare()
-  std::size_t spare_slots_ = 0;  // task capacity held in spare_
+  std::size_t spare_slots_ = 0;  // task and value capacity held in spare_
   // The writer returns events a batch at a time (what queued during its
-  // nap): keep enough for a busy batch, and at most about 5 MB of task slots.
+  // nap): keep enough for a busy batch, and at most about 5 MB of task and
+  // value slots.
   static constexpr std::size_t kMaxSpareSlots = 16384;
-  static constexpr std::size_t kMaxSpareTasks = 16;  // larger task vectors are freed, not kept
+  static constexpr std::size_t kMaxSpareTasks = 16;  // larger task or value vectors are freed, not kept
   bool stopping_ = false;
   bool writer_idle_ = false;  // the writer waits on wake_
   bool urgent_ = false;       // a step ended, copies wait or a producer waits for room: no nap

@@ -277,6 +277,38 @@ TEST_CASE("the probe sees a write to any sampled line of a view's span, and noth
   CHECK(probe(none) == 0);
 }
 
+TEST_CASE("the quick probe is the probe up to 16 strides, and beyond reads at most 18 lines spread over the span") {
+  // Up to kQuickProbeLines * kProbeStrideBytes, the same lines as probe().
+  for (std::size_t n : {std::size_t{100}, kProbeStrideBytes * 3 + 5, kQuickProbeLines * kProbeStrideBytes}) {
+    std::vector<uint8_t> a = random_bytes(n, 3);
+    const int64_t size = static_cast<int64_t>(n);
+    const TensorView v{DType::kUInt8, &size, nullptr, 1, a.data()};
+    CHECK(quick_probe(v) == probe(v));
+  }
+  // 1 MiB of float32 in a [512, 512] view: the lines at every span / 16 and
+  // the last one move it; a line between them, which probe() reads, does not.
+  std::vector<uint8_t> bytes = random_bytes(1 << 20, 4);
+  const int64_t sizes[2] = {512, 512};
+  const TensorView v{DType::kFloat32, sizes, nullptr, 2, bytes.data()};
+  const uint64_t quick = quick_probe(v), full = probe(v);
+  const std::size_t spread = (1 << 20) / kQuickProbeLines;
+  for (std::size_t at : {std::size_t{0}, spread, 7 * spread + 63, (std::size_t{1} << 20) - 1}) {
+    CAPTURE(at);
+    bytes[at] ^= 0x40;
+    CHECK(quick_probe(v) != quick);
+    bytes[at] ^= 0x40;
+  }
+  bytes[kProbeStrideBytes] ^= 0x40;
+  CHECK(probe(v) != full);
+  CHECK(quick_probe(v) == quick);
+  bytes[kProbeStrideBytes] ^= 0x40;
+  // A whole-tensor write always shows.
+  for (auto& b : bytes) b = static_cast<uint8_t>(b + 1);
+  CHECK(quick_probe(v) != quick);
+  const int64_t zero = 0;
+  CHECK(quick_probe({DType::kFloat32, &zero, nullptr, 1, nullptr}) == 0);
+}
+
 TEST_CASE("stamped probe lines make a fresh buffer's probe independent of its garbage") {
   for (std::size_t n : {std::size_t{5}, std::size_t{128}, std::size_t{129}, kProbeStrideBytes * 3 + 100}) {
     CAPTURE(n);

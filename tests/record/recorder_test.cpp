@@ -574,6 +574,40 @@ TEST_CASE("a deferred output written without the dispatcher before it is hashed 
   const auto& out = mul[0]->outputs[0].tensor;
   REQUIRE((out.flags & opguard::formats::kTensorNotFingerprinted));
   REQUIRE_FALSE(out.has_fingerprint());
+  // The manifest says how fingerprints were taken, and counts the tensor.
+  const auto manifest = opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  CHECK(manifest.info.at("fingerprints") == "deferred");
+  CHECK(manifest.info.at("written_while_deferred") == "1");
+  const auto on_thread = record_deferred([&] { at::Tensor y = x.mul(3); }, false);
+  const auto plain = opguard::formats::read_manifest(on_thread.layout.ranks[0].manifest_path);
+  CHECK(plain.info.at("fingerprints") == "training_thread");
+  CHECK(plain.info.at("written_while_deferred") == "0");
+}
+
+TEST_CASE("a deferred input whose cached fingerprint went stale behind the dispatcher is hashed again") {
+  // y is hashed (and cached) on the hashing thread while the program sleeps;
+  // then its bytes change without the dispatcher (the version stays). The
+  // next op's input y is deferred: the hashing thread's cache lookup must see
+  // the change (its probe), not serve the stale fingerprint.
+  const at::Tensor x = at::rand({64, 1024});
+  const uint64_t tripled = fp_of(x.mul(3)), zeros = fp_of(at::zeros({64, 1024}));
+  auto r = record_deferred(
+      [&] {
+        at::Tensor y = x.mul(3);
+        at::Tensor z = y.add(1);  // y read: served from the cache, or hashed and cached
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::memset(y.data_ptr(), 0, y.nbytes());
+        at::Tensor w = y.mul(2);
+      },
+      true);
+  auto mul = find_ops(r, "aten::mul");
+  auto add = find_ops(r, "aten::add");
+  REQUIRE(mul.size() == 2);
+  REQUIRE(add.size() == 1);
+  CHECK(mul[0]->outputs[0].tensor.fingerprint == tripled);
+  CHECK(add[0]->inputs[0].tensor.fingerprint == tripled);
+  CHECK(mul[1]->inputs[0].tensor.fingerprint == zeros);
+  CHECK(mul[1]->outputs[0].tensor.fingerprint == zeros);
 }
 
 TEST_CASE("fingerprints deferred to the hashing thread equal those taken on the training thread, event by event") {

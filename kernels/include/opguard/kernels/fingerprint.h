@@ -91,6 +91,14 @@ uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::
 inline constexpr std::size_t kProbeStrideBytes = 4096;
 uint64_t probe(const TensorView& view);
 
+// probe() with at most about kQuickProbeLines lines, spread evenly over the
+// span (the same as probe() up to kQuickProbeLines * kProbeStrideBytes): a
+// witness cheap enough to take on a training thread for a short wait (the
+// recorder's deferred fingerprints). It sees a rewrite of the whole memory,
+// and fewer partial writes than probe().
+inline constexpr std::size_t kQuickProbeLines = 16;
+uint64_t quick_probe(const TensorView& view);
+
 // Sets every byte probe() reads of `nbytes` contiguous bytes to `byte`: a
 // buffer fresh from an allocator holds whatever was there, and a probe of
 // that would tell a later write apart from the old bytes only by chance.
