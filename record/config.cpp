@@ -213,6 +213,10 @@ uint32_t delay_from_env(const char* name) {
 
 uint32_t test_writer_delay_from_env() { return delay_from_env(kEnvTestWriterDelay); }
 uint32_t test_hasher_delay_from_env() { return delay_from_env(kEnvTestHasherDelay); }
+bool test_observe_only_from_env() {
+  const char* v = std::getenv(kEnvTestObserveOnly);
+  return v != nullptr && std::string(v) == "1";
+}
 
 std::optional<RecorderConfig> RecorderConfig::from_env() {
   const char* out = std::getenv(kEnvOut);
@@ -240,6 +244,7 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
   c.declared_knobs = get(kEnvDeclared);
   c.test_writer_delay_us = test_writer_delay_from_env();
   c.test_hasher_delay_us = test_hasher_delay_from_env();
+  c.test_observe_only = test_observe_only_from_env();
   return c;
 }
 

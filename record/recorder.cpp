@@ -1222,6 +1222,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   // Should anything below throw, on_end never sees this context: switch back.
   RecordFunctionBackOn restore{ctx->hides_nested};
+  if (rec.config.test_observe_only) {
+    restore.on = false;  // on_end switches it back, and records nothing without a pending event
+    return ctx;
+  }
   ctx->pending = rec.writer->take_spare();
   if (ts.nodes.empty()) {
     // Before anything can take a sequence number: the op's own node has the
@@ -1474,6 +1478,7 @@ void RecorderImpl::write_manifest(ManifestState state) {
   manifest.info["queue"] = config.queue.to_string();
   manifest.info["strict"] = config.strict ? "1" : "0";
   manifest.info["fingerprints"] = hasher ? "deferred" : "training_thread";
+  if (config.test_observe_only) manifest.info["observe_only"] = "1";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
   if (!config.declared_knobs.empty()) manifest.info["declared_knobs"] = config.declared_knobs;
   if (!failure.empty()) {
@@ -1631,6 +1636,7 @@ void Recorder::start(const RecorderOptions& options) {
   config.defer_hashing = options.defer_hashing;
   config.test_writer_delay_us = record::test_writer_delay_from_env();
   config.test_hasher_delay_us = record::test_hasher_delay_from_env();
+  config.test_observe_only = record::test_observe_only_from_env();
   record::start_recording(config);
 }
 

@@ -584,6 +584,21 @@ TEST_CASE("a deferred output written without the dispatcher before it is hashed 
   CHECK(plain.info.at("written_while_deferred") == "0");
 }
 
+TEST_CASE("a recorder that only observes (the benchmarks' OPGUARD_TEST_OBSERVE_ONLY) records no event and says so") {
+  const at::Tensor x = at::rand({64, 64});
+  setenv("OPGUARD_TEST_OBSERVE_ONLY", "1", 1);
+  auto r = record_deferred([&] { at::Tensor y = at::matmul(x, x).relu(); }, true);
+  unsetenv("OPGUARD_TEST_OBSERVE_ONLY");
+  CHECK(r.events.empty());
+  const auto manifest = opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  CHECK(manifest.info.at("observe_only") == "1");
+  CHECK(manifest.info.at("events") == "0");
+  CHECK(at::isRecordFunctionEnabled());  // switched back after every op
+  // The next recording records again.
+  auto again = record_deferred([&] { at::Tensor y = x.relu(); }, true);
+  CHECK(find_ops(again, "aten::relu").size() == 1);
+}
+
 TEST_CASE("a deferred input whose cached fingerprint went stale behind the dispatcher is hashed again") {
   // y is hashed (and cached) on the hashing thread while the program sleeps;
   // then its bytes change without the dispatcher (the version stays). The

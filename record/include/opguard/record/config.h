@@ -31,6 +31,11 @@ inline constexpr const char* kEnvPreloadOwner = "OPGUARD_OWNER_PID";
 inline constexpr const char* kEnvTestWriterDelay = "OPGUARD_TEST_WRITER_DELAY_US";
 // Test only: the hashing thread sleeps this long before each event it hashes.
 inline constexpr const char* kEnvTestHasherDelay = "OPGUARD_TEST_HASHER_DELAY_US";
+// Benchmark only ("1"): the callbacks see every top-level op with its inputs
+// and outputs, as when recording, and record nothing: what libtorch's
+// RecordFunction costs the program before the recorder does any work
+// (benchmarks/record_overhead.py). The manifest says observe_only=1.
+inline constexpr const char* kEnvTestObserveOnly = "OPGUARD_TEST_OBSERVE_ONLY";
 
 // Exit status of a training process whose recorder failed under --strict.
 inline constexpr int kStrictExitCode = 74;
@@ -89,6 +94,7 @@ StepRange parse_step_range(const std::string& text);  // "3", "2:5"
 EventWindow parse_window(const std::string& text);    // "1234", "1234:50", "2.57:10"
 uint32_t test_writer_delay_from_env();                // kEnvTestWriterDelay, 0 when unset
 uint32_t test_hasher_delay_from_env();                // kEnvTestHasherDelay, 0 when unset
+bool test_observe_only_from_env();                    // kEnvTestObserveOnly is "1"
 
 struct RecorderConfig {
   std::string out_dir;
@@ -103,6 +109,7 @@ struct RecorderConfig {
   std::string declared_knobs;  // kEnvDeclared, as opguard record wrote it ("tp=2")
   uint32_t test_writer_delay_us = 0;  // kEnvTestWriterDelay (also read by Recorder::start)
   uint32_t test_hasher_delay_us = 0;  // kEnvTestHasherDelay (also read by Recorder::start)
+  bool test_observe_only = false;     // kEnvTestObserveOnly (also read by Recorder::start)
 
   // From the kEnv* variables; nullopt when OPGUARD_OUT is unset.
   static std::optional<RecorderConfig> from_env();
