@@ -100,7 +100,10 @@ RunResult bisect_run(const RunOptions& o) {
   const DiffReport report = diff_recordings(o.reference, o.suspect, dopt);
   stage("diff", t0);
   if (!report.first_divergent) {
-    result.status = report.diverged ? RunResult::Status::kNotReplayable : RunResult::Status::kNoDivergence;
+    // Diverged without a source: events only one run has, or a missing step
+    // or rank. No operator to bisect (exit 4), and nothing wrong with the
+    // recordings.
+    result.status = report.diverged ? RunResult::Status::kNothingToBisect : RunResult::Status::kNoDivergence;
     result.message = report.diverged
                          ? "the runs diverge, but no operator produced different bits from equal inputs (events "
                            "only one run has, or a missing step): opguard diff shows them"

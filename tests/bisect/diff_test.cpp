@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "opguard/bisect/bisect.h"
 #include "opguard/bisect/diff.h"
 #include "opguard/core/error.h"
 #include "../support/process.h"
@@ -412,6 +413,14 @@ TEST_CASE("ops of different autograd nodes never align, even where op, scope and
   CHECK(d.by_suspect_id["10"] == EventClass::kUnmatched);
   CHECK(count(d, EventClass::kPropagated) == 0);
   CHECK(bisect::report_text(d.report).find("runs diverge in structure only") != std::string::npos);
+  // bisect run: no operator to bisect (exit 4), not a bad recording.
+  bisect::RunOptions run;
+  run.reference = dir / "ref";
+  run.suspect = dir / "sus";
+  run.out_dir = dir / "out";
+  const bisect::RunResult r = bisect::bisect_run(run);
+  CHECK(r.status == bisect::RunResult::Status::kNothingToBisect);
+  CHECK(r.message.find("no operator produced different bits") != std::string::npos);
 }
 
 TEST_CASE("a gap that also reads bits that already differed is not a source, even where its reader's bits come "

@@ -160,7 +160,8 @@ struct RunResult {
   enum class Status {
     kFound,          // a knob set explains the divergence
     kNoDivergence,   // the runs do not diverge
-    kNothingToBisect,  // the two configs give the same bits for the divergent op
+    kNothingToBisect,  // the two configs give the same bits for the divergent op, or no op diverged
+                       // (the runs differ only in events one of them has, or a missing step)
     kNotReplayable,  // the divergent op cannot be replayed (no full tensors, no record command, ...)
   };
   Status status = Status::kNotReplayable;
