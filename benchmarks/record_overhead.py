@@ -84,6 +84,9 @@ def main():
                 out = os.path.join(tmp, "dm%d" % i)
                 baseline.append(step_ms([sys.executable, os.path.join(HERE, "dispatch_mode_baseline.py"), out] + cmd[1:]))
                 shutil.rmtree(out, ignore_errors=True)
+                # Its gigabytes of torch.save files: written back and gone
+                # before the next repeat's runs start.
+                os.sync()
         base = statistics.median(plain)
 
         def paired(xs):  # each repeat against the unrecorded run next to it: drift cancels
