@@ -58,7 +58,12 @@ int run_ls(const std::string& dir, bool json) {
                         info("torch_version"), info("threads"), info("cpu_capability"), info("mkldnn_enabled"),
                         info("deterministic_algorithms"), info("default_dtype"));
     const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
-    text += fmt::format("  started {}  {}  sampling '{}'\n", info("start_time"), clean, info("sampling_policy"));
+    std::string taken;  // where fingerprints were taken (absent from recordings made before that key)
+    if (manifest.info.count("fingerprints")) taken = "  fingerprints " + info("fingerprints");
+    if (manifest.info.count("observe_only")) taken += "  observe only (a benchmark: no events)";
+    const std::string written = manifest.info.count("written_while_deferred") ? info("written_while_deferred") : "0";
+    if (written != "0") taken += "  " + written + " deferred tensor(s) written without the dispatcher (not fingerprinted)";
+    text += fmt::format("  started {}  {}  sampling '{}'{}\n", info("start_time"), clean, info("sampling_policy"), taken);
     text += fmt::format("  {:>6}  {:<9}  {:>7}  {:>4}  {:>12}  {:>12}\n", "step", "phase", "events", "ops",
                         "full-tensors", "bytes");
     jr["steps"] = nlohmann::json::array();

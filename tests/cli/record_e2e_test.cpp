@@ -420,6 +420,10 @@ TEST_CASE("ls and show describe a recording, in text and in JSON") {
   REQUIRE(j["ranks"][0]["steps"].size() >= 3);
   REQUIRE(j["ranks"][0]["steps"][1]["phases"]["forward"]["full_tensors"].get<int>() > 0);
   REQUIRE(j["ranks"][0]["steps"][0]["phases"]["forward"]["full_tensors"].get<int>() == 0);
+  REQUIRE(j["ranks"][0]["info"]["fingerprints"] == "deferred");
+  Result text = run({kOpguard, "ls", tmp / "rec"}, tmp.path().string());
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("fingerprints deferred") != std::string::npos);
 
   // The first event of step 1 holds full tensors: show previews them.
   auto events = events_of(tmp / "rec");
