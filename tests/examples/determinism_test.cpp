@@ -94,14 +94,26 @@ std::vector<std::string> program(Language language) {
   return {OPGUARD_PYTHON_BIN, OPGUARD_TINY_GPT_PY};
 }
 
+// The configuration every run here fixes includes MKL's reproducible code path.
+// With MKL's default (fastest) path, the examples are not run-to-run
+// reproducible on a loaded machine: with two busy loops sharing the two cores,
+// 16 of 600 runs of the C++ float64 case and 34 of 400 of the float32 `--steps
+// 3` case gave other parameters; with MKL_CBWR=COMPATIBLE, 0 of 300 and 0 of
+// 200. MKL_CBWR=AVX512, and MKL_CBWR=AUTO with MKL_DYNAMIC=FALSE, did not help
+// (12 of 200, 13 of 300). opguard diff named a float64 aten::sqrt in AdamW
+// whose inputs were bitwise equal (README, Limits; tests/examples/under_load.sh measures it).
+const std::vector<std::string> kMklReproducible = {"MKL_CBWR=COMPATIBLE"};
+
 // Runs one training program with args, writing <name>.stdout, <name>.stderr and
 // <name>.params into dir, and returns the exit status (-1 if it did not exit).
+// Every run is under kMklReproducible.
 int run_raw(const TempDir& dir, Language language, const std::string& name,
             const std::vector<std::string>& args, Run& run) {
   run.stdout_path = dir.path() / (name + ".stdout");
   run.stderr_path = dir.path() / (name + ".stderr");
   run.params_path = dir.path() / (name + ".params");
-  run.command.clear();
+  run.command = "env ";
+  for (const auto& setting : kMklReproducible) run.command += shell_quote(setting) + " ";
   for (const auto& word : program(language)) run.command += shell_quote(word) + " ";
   for (const auto& word : args) run.command += shell_quote(word) + " ";
   run.command += "--out-params " + shell_quote(run.params_path.string());
