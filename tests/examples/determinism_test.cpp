@@ -96,12 +96,14 @@ std::vector<std::string> program(Language language) {
 
 // The configuration every run here fixes includes MKL's reproducible code path.
 // With MKL's default (fastest) path, the examples are not run-to-run
-// reproducible on a loaded machine: with two busy loops sharing the two cores,
-// 16 of 600 runs of the C++ float64 case and 34 of 400 of the float32 `--steps
-// 3` case gave other parameters; with MKL_CBWR=COMPATIBLE, 0 of 300 and 0 of
-// 200. MKL_CBWR=AVX512, and MKL_CBWR=AUTO with MKL_DYNAMIC=FALSE, did not help
-// (12 of 200, 13 of 300). opguard diff named a float64 aten::sqrt in AdamW
-// whose inputs were bitwise equal (README, Limits; tests/examples/under_load.sh measures it).
+// reproducible on a loaded machine. With two busy loops sharing the two cores,
+// other parameters came from 16 of 600 runs of the C++ float64 case, 34 of 400
+// of the float32 `--steps 3` case and 2 of 100 of the Python float64 case;
+// with MKL_CBWR=COMPATIBLE, from 0 of 300, 0 of 200 and 0 of 100.
+// MKL_CBWR=AVX512 (12 of 200) and MKL_CBWR=AUTO with MKL_DYNAMIC=FALSE (13 of
+// 300) did not help. opguard diff named a float64 aten::sqrt in AdamW whose
+// inputs were bitwise equal (README, Limits; tests/examples/under_load.sh
+// measures it).
 const std::vector<std::string> kMklReproducible = {"MKL_CBWR=COMPATIBLE"};
 
 // Runs one training program with args, writing <name>.stdout, <name>.stderr and
