@@ -18,6 +18,11 @@ work in the recorder can remove) unless --skip-observe-only. Training runs with 
 the second core is free for the recorder's writer thread: on a 2-core machine
 two intra-op threads plus the writer oversubscribe the cores, and the ratio
 then measures scheduling, not the recorder.
+
+The Python example's repeats also run the usual alternative, a TorchDispatchMode
+that torch.saves every op's outputs (dispatch_mode_baseline.py), unless
+--skip-dispatch-mode: it takes about 25x the step time, long at large sizes.
+--skip-cpp and --skip-python leave out an example.
 """
 
 import argparse
@@ -53,6 +58,10 @@ def main():
     p.add_argument("--threads", type=int, default=1,
                    help="intra-op threads of the training program (default 1: leaves a core to the recorder)")
     p.add_argument("--skip-python", action="store_true")
+    p.add_argument("--skip-cpp", action="store_true", help="leave out the C++ example")
+    p.add_argument("--skip-dispatch-mode", action="store_true",
+                   help="leave out the TorchDispatchMode + torch.save baseline (about 25x the step time: "
+                        "long at large sizes)")
     p.add_argument("--skip-on-thread", action="store_true",
                    help="leave out the runs recorded with --hash-on-training-thread (every fingerprint "
                         "taken before the op returns, no hashing thread)")
@@ -62,7 +71,7 @@ def main():
     opguard = os.path.join(a.build, "bin", "opguard")
     tmp = tempfile.mkdtemp(prefix="opguard-bench-")
     size = a.size.split() + ["--threads", str(a.threads), "--steps", str(a.steps), "--print-every", "0"]
-    programs = [("C++ tiny_gpt", [os.path.join(a.build, "bin", "tiny_gpt")] + size)]
+    programs = [] if a.skip_cpp else [("C++ tiny_gpt", [os.path.join(a.build, "bin", "tiny_gpt")] + size)]
     if not a.skip_python:
         programs.append(("Python tiny_gpt.py", [sys.executable, os.path.join(ROOT, "examples", "tiny_gpt.py")] + size))
     rows = []
@@ -80,7 +89,7 @@ def main():
             if not a.skip_observe_only:
                 observe_only.append(step_ms([opguard, "record", "--out", out, "--"] + cmd, env=observe_env))
                 shutil.rmtree(out, ignore_errors=True)
-            if cmd[0] == sys.executable:
+            if cmd[0] == sys.executable and not a.skip_dispatch_mode:
                 out = os.path.join(tmp, "dm%d" % i)
                 baseline.append(step_ms([sys.executable, os.path.join(HERE, "dispatch_mode_baseline.py"), out] + cmd[1:]))
                 shutil.rmtree(out, ignore_errors=True)
