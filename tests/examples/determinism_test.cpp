@@ -101,9 +101,10 @@ std::vector<std::string> program(Language language) {
 // of the float32 `--steps 3` case and 2 of 100 of the Python float64 case;
 // with MKL_CBWR=COMPATIBLE, from 0 of 300, 0 of 200 and 0 of 100.
 // MKL_CBWR=AVX512 (12 of 200) and MKL_CBWR=AUTO with MKL_DYNAMIC=FALSE (13 of
-// 300) did not help. opguard diff named a float64 aten::sqrt in AdamW whose
-// inputs were bitwise equal (README, Limits; tests/examples/under_load.sh
-// measures it).
+// 300) did not help. opguard diff of recorded runs named a float64 aten::sqrt
+// in AdamW (the process's first): equal inputs, and the half of the output
+// that the second OpenMP thread computes up to 274,436 ulp off (README,
+// Limits; tests/examples/under_load.sh measures the rate).
 const std::vector<std::string> kMklReproducible = {"MKL_CBWR=COMPATIBLE"};
 
 // Runs one training program with args, writing <name>.stdout, <name>.stderr and
