@@ -42,9 +42,10 @@ int run_ls(const std::string& dir, bool json) {
   text += fmt::format("recording {} ({} rank{})\n", dir, layout.ranks.size(), layout.ranks.size() == 1 ? "" : "s");
   for (const auto& rank : layout.ranks) {
     const formats::Manifest manifest = formats::read_manifest(rank.manifest_path);
-    auto info = [&](const char* key) {
+    // `missing`: what a key the manifest lacks reads as (keys newer than the recording).
+    auto info = [&](const char* key, const char* missing = "?") {
       auto it = manifest.info.find(key);
-      return it == manifest.info.end() ? std::string("?") : it->second;
+      return it == manifest.info.end() ? std::string(missing) : it->second;
     };
     nlohmann::json jr;
     jr["rank"] = rank.rank;
@@ -58,10 +59,10 @@ int run_ls(const std::string& dir, bool json) {
                         info("torch_version"), info("threads"), info("cpu_capability"), info("mkldnn_enabled"),
                         info("deterministic_algorithms"), info("default_dtype"));
     const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
-    std::string taken;  // where fingerprints were taken (absent from recordings made before that key)
-    if (manifest.info.count("fingerprints")) taken = "  fingerprints " + info("fingerprints");
-    if (manifest.info.count("observe_only")) taken += "  observe only (a benchmark: no events)";
-    const std::string written = manifest.info.count("written_while_deferred") ? info("written_while_deferred") : "0";
+    const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
+    std::string taken = taken_at.empty() ? "" : "  fingerprints " + taken_at;
+    if (!info("observe_only", "").empty()) taken += "  observe only (a benchmark: no events)";
+    const std::string written = info("written_while_deferred", "0");
     if (written != "0") taken += "  " + written + " deferred tensor(s) written without the dispatcher (not fingerprinted)";
     text += fmt::format("  started {}  {}  sampling '{}'{}\n", info("start_time"), clean, info("sampling_policy"), taken);
     text += fmt::format("  {:>6}  {:<9}  {:>7}  {:>4}  {:>12}  {:>12}\n", "step", "phase", "events", "ops",

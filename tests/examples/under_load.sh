@@ -6,8 +6,8 @@
 #
 # Starts one busy loop per core, runs build/bin/tiny_gpt RUNS times (default
 # 200; args default `--steps 3 --tied --dtype float64`) under the given
-# environment, and prints how many runs gave each final-parameter checksum:
-# one line means every run agreed.
+# environment, and prints how many runs gave each final-parameter checksum
+# (and how many failed): one line means every run agreed.
 set -euo pipefail
 runs=200
 build="$(cd "$(dirname "$0")/../.." && pwd)/build"
@@ -30,6 +30,10 @@ cleanup() { kill "${busy[@]}" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 for _ in $(seq "$(nproc)"); do (while :; do :; done) & busy+=($!); done
 for _ in $(seq "$runs"); do
-  env ${env_settings[@]+"${env_settings[@]}"} "$bin" "${args[@]}" --out-params "$dir/params.bin" >/dev/null 2>&1
-  md5sum < "$dir/params.bin" | cut -c1-8
+  rm -f "$dir/params.bin"
+  if env ${env_settings[@]+"${env_settings[@]}"} "$bin" "${args[@]}" --out-params "$dir/params.bin" >/dev/null 2>&1; then
+    md5sum < "$dir/params.bin" | cut -c1-8
+  else
+    echo "failed (the run exited non-zero)"
+  fi
 done | sort | uniq -c
