@@ -443,7 +443,7 @@ std::string Engine::rerecord_command(const Side& side, int rank, uint64_t id) co
   auto m = side.manifests.find(rank);
   if (m == side.manifests.end()) return "";
   return formats::rerecord_command(m->second, side.dir, formats::event_id_string(id), options_.dump_radius,
-                                   options_.opguard_command);
+                                   options_.opguard_command, formats::numerics_env_here());
 }
 
 // The commands that re-record the window around the event in each run, for

@@ -50,7 +50,8 @@ std::string rerecord(const std::string& recording, int rank, const std::string& 
                      const std::string& name, const RunOptions& o) {
   const auto m = manifest_of(recording, rank);
   const std::string base = (work / name).string();
-  const std::string cmd = formats::rerecord_command(m, base, event, o.dump_radius, formats::shell_quote(o.self_exe));
+  const std::string cmd = formats::rerecord_command(m, base, event, o.dump_radius, formats::shell_quote(o.self_exe),
+                                                   formats::numerics_env_here());
   if (cmd.empty())
     throw FormatError(fmt::format("{} holds only fingerprints for event {} and its manifest has no record command: "
                                   "re-record the program with --dump-around {} and run bisect on those recordings",

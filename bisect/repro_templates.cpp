@@ -325,6 +325,10 @@ def metrics(a, b):
 def run_config(which, tmp):
     out_path = os.path.join(tmp, which + ".pt")
     env = dict(os.environ)
+    # A variable that either config sets is absent where the other leaves it unset.
+    for config in CONFIGS.values():
+        for name in env_of(config):
+            env.pop(name, None)
     env.update(env_of(CONFIGS[which]))
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", which, out_path], env=env)
     if proc.returncode != 0:
@@ -841,13 +845,17 @@ int child(const std::string& which, const std::string& out_path) {
 std::vector<at::Tensor> run_config(const std::string& which, const std::string& tmp, const char* self) {
   const std::string out_path = tmp + "/" + which + ".bin";
   std::vector<std::string> env;
-  const auto overrides = env_of(kConfigs.at(which));
+  // A variable that either config sets is absent where the other leaves it unset.
+  std::vector<std::string> either;
+  for (const auto& [name, config] : kConfigs)
+    for (const auto& kv : env_of(config)) either.push_back(kv);
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     bool replaced = false;
-    for (const auto& o : overrides) replaced = replaced || kv.substr(0, kv.find('=')) == o.substr(0, o.find('='));
+    for (const auto& o : either) replaced = replaced || kv.substr(0, kv.find('=')) == o.substr(0, o.find('='));
     if (!replaced) env.push_back(kv);
   }
+  const auto overrides = env_of(kConfigs.at(which));
   env.insert(env.end(), overrides.begin(), overrides.end());
   std::vector<std::string> argv = {self, g_dir, "--child", which, out_path};
   std::vector<char*> cargv, cenv;

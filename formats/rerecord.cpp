@@ -1,5 +1,7 @@
 #include "opguard/formats/rerecord.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 namespace opguard::formats {
@@ -64,8 +66,18 @@ bool is_numerics_env(const std::string& name) {
   return false;
 }
 
+std::vector<std::string> numerics_env_here() {
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    if (is_numerics_env(name)) names.push_back(std::move(name));
+  }
+  return names;
+}
+
 std::string rerecord_command(const Manifest& manifest, const std::string& recording_dir, const std::string& event_id,
-                             int radius, const std::string& opguard_command) {
+                             int radius, const std::string& opguard_command, const std::vector<std::string>& inherited) {
   const auto& info = manifest.info;
   auto cmd = info.find("record_command");
   if (cmd == info.end() || !is_shell_quoted_words(cmd->second)) return "";
@@ -73,6 +85,9 @@ std::string rerecord_command(const Manifest& manifest, const std::string& record
   auto cwd = info.find("cwd");
   if (cwd != info.end() && !cwd->second.empty()) text += "cd " + shell_quote(cwd->second) + " && ";
   std::string env;
+  for (const auto& name : inherited) {
+    if (is_numerics_env(name) && manifest.env.count(name) == 0) env += " -u " + name;
+  }
   for (const auto& [k, v] : manifest.env) {
     if (is_numerics_env(k)) env += " " + shell_quote(k + "=" + v);
   }

@@ -117,10 +117,35 @@ std::vector<std::string> env_of(const Config& c) {
   return env;
 }
 
+// The recorded environment variables (detail::kRecordedEnv) that `c` leaves
+// unset. A trial runs without them, as the recorded program did, whatever the
+// environment of this process: a recording made without MKL_CBWR is replayed
+// without it even from a shell that exports it.
+std::vector<std::string> unset_env_of(const Config& c) {
+  const auto set = env_of(c);
+  std::vector<std::string> names;
+  for (const char* name : detail::kRecordedEnv) {
+    const std::string prefix = std::string(name) + "=";
+    bool is_set = false;
+    for (const auto& kv : set) is_set = is_set || kv.rfind(prefix, 0) == 0;
+    if (!is_set) names.emplace_back(name);
+  }
+  return names;
+}
+
+// What a child trial's environment changes: NAME=VALUE sets, a bare NAME removes.
+std::vector<std::string> env_overrides_of(const Config& c) {
+  auto overrides = env_of(c);
+  for (auto& name : unset_env_of(c)) overrides.push_back(std::move(name));
+  return overrides;
+}
+
 // The process-wide parts of `c` that this process does not already have; empty
 // when the trial can run here.
 std::vector<std::string> missing_process_state(const Config& c) {
   std::vector<std::string> missing;
+  for (const auto& name : unset_env_of(c))
+    if (std::getenv(name.c_str()) != nullptr) missing.push_back("unset " + name);
   for (const auto& kv : env_of(c)) {
     const auto eq = kv.find('=');
     const std::string name = kv.substr(0, eq), value = kv.substr(eq + 1);
@@ -450,7 +475,7 @@ detail::Outcome run_request(const detail::Request& req, const ReplayOptions& o) 
                                  missing.front()));
   int status = 0;
   const std::string out = detail::run_child({o.self_exe, "replay", "--child-trial", detail::request_to_json(req)},
-                                            env_of(config), &status);
+                                            env_overrides_of(config), &status);
   if (status != 0) {
     if (status == 2 && out.empty())
       throw UsageError(fmt::format("the child trial under {} refused the request (see its message above)",
@@ -520,7 +545,7 @@ std::string rerecord_command(const std::string& recording_dir, int rank, const s
                              const std::string& opguard_command) {
   const auto layout = formats::scan_recording(recording_dir);
   const auto m = formats::read_manifest(rank_files(layout, recording_dir, rank).manifest_path);
-  return formats::rerecord_command(m, recording_dir, event_id, 16, opguard_command);
+  return formats::rerecord_command(m, recording_dir, event_id, 16, opguard_command, formats::numerics_env_here());
 }
 
 int child_trial_main(const std::string& request_json) {
@@ -544,7 +569,8 @@ std::string run_child(const std::vector<std::string>& argv, const std::vector<st
     for (const auto& o : env_overrides) overridden = overridden || o.substr(0, o.find('=')) == name;
     if (!overridden) env.push_back(kv);
   }
-  for (const auto& o : env_overrides) env.push_back(o);
+  for (const auto& o : env_overrides)
+    if (o.find('=') != std::string::npos) env.push_back(o);  // a bare NAME stays removed
   std::vector<char*> cargv, cenv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);

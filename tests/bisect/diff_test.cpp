@@ -686,12 +686,18 @@ TEST_CASE("origins with fingerprints only print the command that re-records the 
   }
   bisect::DiffOptions o;
   o.opguard_command = "/opt/opguard/bin/opguard";
+  // A numerics variable of this process that the recording did not have is
+  // removed from the command's environment.
+  setenv("OMP_OPGUARD_DIFF_TEST", "1", 1);
   auto d = diff(a, b, dir, o);
+  unsetenv("OMP_OPGUARD_DIFF_TEST");
   REQUIRE(d.report.first_divergent);
   const auto& f = *d.report.first_divergent;
   CHECK(f.evidence.empty());
   CHECK(f.evidence_note.find("only fingerprints") != std::string::npos);
-  CHECK(f.rerecord_command.find("cd /work && env ATEN_CPU_CAPABILITY=default /opt/opguard/bin/opguard record --out ") !=
+  CHECK(f.rerecord_command.rfind("cd /work && env -u ", 0) == 0);
+  CHECK(f.rerecord_command.find(" -u OMP_OPGUARD_DIFF_TEST ") != std::string::npos);
+  CHECK(f.rerecord_command.find(" ATEN_CPU_CAPABILITY=default /opt/opguard/bin/opguard record --out ") !=
         std::string::npos);
   CHECK(f.rerecord_command.find("--dump-around 1:16 -- ./train --steps 5") != std::string::npos);
   // The manifests differ in that knob, and it is listed first.

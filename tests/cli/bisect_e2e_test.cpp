@@ -35,11 +35,12 @@ void record(const TempDir& tmp, const std::string& out, const std::vector<std::s
   REQUIRE(r.exit_code == 0);
 }
 
-nlohmann::json bisect_json(const TempDir& tmp, const std::vector<std::string>& args, int expect_exit) {
+nlohmann::json bisect_json(const TempDir& tmp, const std::vector<std::string>& args, int expect_exit,
+                           const std::vector<std::string>& env = {}) {
   std::vector<std::string> cmd = {kOpguard, "bisect"};
   cmd.insert(cmd.end(), args.begin(), args.end());
   cmd.push_back("--json");
-  Result r = run(cmd, tmp.path().string());
+  Result r = run(cmd, tmp.path().string(), env);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == expect_exit);
   return nlohmann::json::parse(r.out);
@@ -52,12 +53,13 @@ std::vector<std::string> minimal_knobs(const nlohmann::json& config) {
 }
 
 // `bisect run REF SUS` finds `knob` alone, shrinks, writes a bundle.
+// `env`: changes to the environment of `opguard bisect` itself.
 nlohmann::json check_run(const TempDir& tmp, const std::string& ref, const std::string& sus, const std::string& knob,
-                         bool check_bundle = false, int max_trials = 16) {
+                         bool check_bundle = false, int max_trials = 16, const std::vector<std::string>& env = {}) {
   // A small shrink budget keeps child-process knobs (two processes a trial) quick.
   std::vector<std::string> args = {"run", ref, sus, "-o", tmp / "out", "--max-trials", std::to_string(max_trials)};
   if (check_bundle) args.insert(args.end(), {"--check-with", kPython});
-  const auto j = bisect_json(tmp, args, 0);
+  const auto j = bisect_json(tmp, args, 0, env);
   CHECK(j["schema"] == "opguard-bisect/1");
   CHECK(j["status"] == "found");
   CHECK(minimal_knobs(j["config"]) == std::vector<std::string>{knob});
@@ -153,14 +155,25 @@ TEST_CASE("bisect run on the C++ example, ATEN_CPU_CAPABILITY default vs avx2, n
   CHECK(s["final_bytes"].get<uint64_t>() < s["original_bytes"].get<uint64_t>());
 }
 
-TEST_CASE("bisect run on the C++ example, MKL_CBWR=COMPATIBLE vs unset, names env:MKL_CBWR alone (a matmul)") {
+// The suite runs under MKL_CBWR=COMPATIBLE (tests/CMakeLists.txt); this test
+// removes it for the reference, and runs the bisection itself with it set: the
+// reference's trials must run without it, as the recorded program did, not
+// inherit it from the shell that starts opguard.
+TEST_CASE("bisect run on the C++ example, MKL_CBWR=COMPATIBLE vs unset, names env:MKL_CBWR alone (a matmul), "
+          "also from a shell that exports MKL_CBWR") {
   TempDir tmp;
   const std::vector<std::string> prog = {kTinyGpt, "--steps", "2", "--threads", "1"};
-  record(tmp, tmp / "ref", prog);
+  record(tmp, tmp / "ref", prog, {"MKL_CBWR"});
   record(tmp, tmp / "sus", prog, {"MKL_CBWR=COMPATIBLE"});
-  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "env:MKL_CBWR");
+  // check_bundle: the bundle's repro.py, started from that shell too, also runs
+  // the reference's config without it.
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "env:MKL_CBWR", true, 16, {"MKL_CBWR=COMPATIBLE"});
   CHECK(j["config"]["minimal"][0]["good"] == "");
   CHECK(j["config"]["minimal"][0]["bad"] == "COMPATIBLE");
+  // The reference's trial ran in a child process with MKL_CBWR removed.
+  const auto& good = j["config"]["trials"][0];
+  CHECK(good["knobs"].empty());
+  CHECK(good["child_process"] == true);
 }
 
 TEST_CASE("bisect run on the Python example, 2 vs 1 intra-op threads, names threads alone") {

@@ -96,6 +96,29 @@ TEST_CASE("a manifest's hostile strings reach the shell as plain words and run n
   REQUIRE(after == before);
 }
 
+TEST_CASE("a re-record runs in the recorded numerics environment: variables the caller has and the run had not are removed") {
+  TempDir tmp;
+  fmts::Manifest m;
+  m.info["record_command"] = quoted_words({"prog"});
+  m.env["ATEN_CPU_CAPABILITY"] = "default";
+  const std::string cmd = fmts::rerecord_command(m, "rec", "3", 16, "printenv ATEN_CPU_CAPABILITY MKL_CBWR PATH; :",
+                                                 {"MKL_CBWR", "ATEN_CPU_CAPABILITY", "PATH", "OMP_X;touch pwned"});
+  INFO(cmd);
+  REQUIRE(cmd.rfind("env -u MKL_CBWR ATEN_CPU_CAPABILITY=default printenv", 0) == 0);
+  // The caller's MKL_CBWR does not reach the program; its PATH does.
+  opguard::testing::Result r =
+      opguard::testing::run({"/bin/sh", "-c", cmd}, tmp.path().string(), {"MKL_CBWR=COMPATIBLE", "ATEN_CPU_CAPABILITY=avx2"});
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(r.out.rfind("default\n/", 0) == 0);
+  REQUIRE(r.out.find("COMPATIBLE") == std::string::npos);
+  // numerics_env_here lists this process's numerics variables and no others.
+  setenv("OMP_OPGUARD_TEST", "1", 1);
+  const auto here = fmts::numerics_env_here();
+  unsetenv("OMP_OPGUARD_TEST");
+  CHECK(std::find(here.begin(), here.end(), "OMP_OPGUARD_TEST") != here.end());
+  CHECK(std::find(here.begin(), here.end(), "PATH") == here.end());
+}
+
 TEST_CASE("a manifest whose record command is not in opguard's quoted form gets no re-record command") {
   fmts::Manifest m;
   m.info["record_command"] = "python3 train.py; touch pwned";

@@ -67,8 +67,8 @@ struct Result {
   std::string err;
 };
 
-// Runs argv (no shell) with extra environment entries; captures stdout and
-// stderr through files in `scratch`.
+// Runs argv (no shell) with extra environment entries (NAME=VALUE sets, a
+// bare NAME removes); captures stdout and stderr through files in `scratch`.
 inline Result run(const std::vector<std::string>& argv, const std::string& scratch,
                   const std::vector<std::string>& extra_env = {}) {
   static int counter = 0;
@@ -80,7 +80,10 @@ inline Result run(const std::vector<std::string>& argv, const std::string& scrat
     int err = open(err_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
+    for (const auto& kv : extra_env) {
+      if (kv.find('=') == std::string::npos) unsetenv(kv.c_str());
+      else putenv(const_cast<char*>(kv.c_str()));
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -12,6 +12,7 @@
 // in the manifest never reaches a shell.
 
 #include <string>
+#include <vector>
 
 #include "opguard/formats/recording.h"
 
@@ -30,11 +31,18 @@ bool is_shell_quoted_words(const std::string& text);
 // NCCL_*, RANK, WORLD_SIZE, MASTER_*, GLOO_*, ... (rerecord.cpp has the list).
 bool is_numerics_env(const std::string& name);
 
+// The names of this process's environment variables that is_numerics_env accepts.
+std::vector<std::string> numerics_env_here();
+
 // "" when the manifest holds no record_command, or one not in the form
 // `opguard record` writes. Environment entries other than is_numerics_env
 // names are left out. The new recording goes to RECORDING_DIR-around-EVENT_ID,
-// beside the original.
+// beside the original. `inherited`: the numerics variables of the environment
+// the command will run in (numerics_env_here()); those the manifest lacks are
+// removed (`env -u NAME`), so the run sees the recorded environment, not the
+// caller's: a run recorded without MKL_CBWR is re-recorded without it.
 std::string rerecord_command(const Manifest& manifest, const std::string& recording_dir, const std::string& event_id,
-                             int radius, const std::string& opguard_command);
+                             int radius, const std::string& opguard_command,
+                             const std::vector<std::string>& inherited = {});
 
 }  // namespace opguard::formats
