@@ -11,9 +11,12 @@
 namespace opguard::replay::detail {
 
 // Environment variables from a recording's manifest that become env: knobs of
-// its recorded config: they change BLAS numerics and are read once per process.
-inline constexpr const char* kRecordedEnv[] = {"MKL_CBWR", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                               "MKL_ENABLE_INSTRUCTIONS", "DNNL_MAX_CPU_ISA"};
+// its recorded config: they change the numerics of BLAS, oneDNN or cuBLAS and
+// are read once per process. A config that does not set one runs without it.
+inline constexpr const char* kRecordedEnv[] = {
+    "MKL_CBWR",         "MKL_NUM_THREADS",            "OPENBLAS_NUM_THREADS",     "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DYNAMIC",      "DNNL_MAX_CPU_ISA",           "ONEDNN_MAX_CPU_ISA",       "DNNL_DEFAULT_FPMATH_MODE",
+    "ONEDNN_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"};
 
 // What a child trial is asked to do: the effective config (already overlaid on
 // the recorded one) and which events.

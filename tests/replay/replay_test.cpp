@@ -54,7 +54,9 @@ struct Recordings {
     knobs = tmp / "knobs";
     record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
     knobs_default = tmp / "knobs_default";
-    record(tmp, knobs_default, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps}, {"ATEN_CPU_CAPABILITY=default"});
+    // ONEDNN_DEFAULT_FPMATH_MODE=STRICT is oneDNN's default: the same bits, one more recorded variable.
+    record(tmp, knobs_default, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps},
+           {"ATEN_CPU_CAPABILITY=default", "ONEDNN_DEFAULT_FPMATH_MODE=STRICT"});
   }
 };
 
@@ -204,6 +206,19 @@ TEST_CASE("dtype=bf16 runs mm in bfloat16 and returns float32 that differs; dtyp
   CHECK(fp32.verdict == replay::Verdict::kReproduces);
 }
 
+TEST_CASE("a recorded variable that the recorded run did not have is removed for the trial, whatever opguard has") {
+  const std::string id = event_of(recordings().knobs, "aten::mm");
+  const auto here = replay::replay_event(recordings().knobs, id, options());
+  CHECK_FALSE(here.child_process);
+  // As if opguard ran from a shell that exports it: the trial needs a child
+  // process without it, and reproduces there.
+  setenv("ONEDNN_DEFAULT_FPMATH_MODE", "BF16", 1);
+  const auto child = replay::replay_event(recordings().knobs, id, options());
+  unsetenv("ONEDNN_DEFAULT_FPMATH_MODE");
+  CHECK(child.child_process);
+  CHECK(child.verdict == replay::Verdict::kReproduces);
+}
+
 TEST_CASE("config strings: canonical values, later settings win, one clear error for an unknown knob, a bad value "
           "and a knob this build cannot apply") {
   const auto c = replay::Config::parse("threads=2,mkldnn=0,dtype=bf16,threads=1,env:MKL_CBWR=COMPATIBLE");
@@ -287,6 +302,10 @@ TEST_CASE("the recorded config comes from the manifest: threads, cpu capability,
   CHECK(c.get("deterministic") == std::optional<std::string>("off"));
   CHECK(replay::recorded_config(recordings().knobs_default, 0).get("cpu_capability") ==
         std::optional<std::string>("default"));
+  // Numerics variables of the recorded run's environment become env: knobs.
+  CHECK(replay::recorded_config(recordings().knobs_default, 0).get("env:ONEDNN_DEFAULT_FPMATH_MODE") ==
+        std::optional<std::string>("STRICT"));
+  CHECK_FALSE(replay::recorded_config(recordings().knobs, 0).get("env:ONEDNN_DEFAULT_FPMATH_MODE").has_value());
   CHECK_THROWS_AS(replay::recorded_config(recordings().knobs, 7), opguard::UsageError);
 }
 
