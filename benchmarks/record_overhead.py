@@ -19,6 +19,12 @@ the second core is free for the recorder's writer thread: on a 2-core machine
 two intra-op threads plus the writer oversubscribe the cores, and the ratio
 then measures scheduling, not the recorder.
 
+The C++ example's repeats also run it with build/lib/libopguard_record_floor.so
+preloaded instead of the recorder, unless --skip-floor: record_floor.cpp hands
+every top-level op's tensors by reference to a hashing thread through a
+lock-free ring and records nothing, the least a recorder that hashes on another
+thread does on the training thread (a lower bound, not a recorder).
+
 The Python example's repeats also run the usual alternative, a TorchDispatchMode
 that torch.saves every op's outputs (dispatch_mode_baseline.py), unless
 --skip-dispatch-mode: it takes about 25x the step time, long at large sizes.
@@ -67,6 +73,8 @@ def main():
                         "taken before the op returns, no hashing thread)")
     p.add_argument("--skip-observe-only", action="store_true",
                    help="leave out the runs whose recorder only observes (OPGUARD_TEST_OBSERVE_ONLY=1)")
+    p.add_argument("--skip-floor", action="store_true",
+                   help="leave out the C++ runs with libopguard_record_floor.so preloaded (record_floor.cpp)")
     a = p.parse_args()
     opguard = os.path.join(a.build, "bin", "opguard")
     tmp = tempfile.mkdtemp(prefix="opguard-bench-")
@@ -76,8 +84,12 @@ def main():
         programs.append(("Python tiny_gpt.py", [sys.executable, os.path.join(ROOT, "examples", "tiny_gpt.py")] + size))
     rows = []
     for name, cmd in programs:
-        plain, recorded, on_thread, observe_only, baseline = [], [], [], [], []
+        plain, recorded, on_thread, observe_only, floor, baseline = [], [], [], [], [], []
         observe_env = dict(os.environ, OPGUARD_TEST_OBSERVE_ONLY="1")
+        floor_lib = os.path.join(a.build, "lib", "libopguard_record_floor.so")
+        with_floor = cmd[0] != sys.executable and not a.skip_floor
+        if with_floor and not os.path.exists(floor_lib):
+            sys.exit("no %s: build the benchmarks, or pass --skip-floor" % floor_lib)
         for i in range(a.repeats):
             plain.append(step_ms(cmd))
             out = os.path.join(tmp, "rec%d" % i)
@@ -89,6 +101,8 @@ def main():
             if not a.skip_observe_only:
                 observe_only.append(step_ms([opguard, "record", "--out", out, "--"] + cmd, env=observe_env))
                 shutil.rmtree(out, ignore_errors=True)
+            if with_floor:
+                floor.append(step_ms(cmd, env=dict(os.environ, LD_PRELOAD=floor_lib)))
             if cmd[0] == sys.executable and not a.skip_dispatch_mode:
                 out = os.path.join(tmp, "dm%d" % i)
                 baseline.append(step_ms([sys.executable, os.path.join(HERE, "dispatch_mode_baseline.py"), out] + cmd[1:]))
@@ -110,6 +124,9 @@ def main():
         if observe_only:
             rows.append((name, "  observe only (RecordFunction)", statistics.median(observe_only),
                          statistics.median(observe_only) / base, paired(observe_only)))
+        if floor:
+            rows.append((name, "  floor (record_floor.cpp)", statistics.median(floor),
+                         statistics.median(floor) / base, paired(floor)))
         if baseline:
             rows.append((name, "TorchDispatchMode + torch.save", statistics.median(baseline),
                          statistics.median(baseline) / base, paired(baseline)))
