@@ -9,10 +9,21 @@
 // bits are gone after). Its outputs are handed over when it returns. The
 // hashing thread hashes host tensors with XXH3 and drops the references.
 //
-// It records nothing: no event, no shape, no cache, no uninitialised memory,
-// no writer. A ratio measured with it is a lower bound for the design that
-// docs/BENCHMARKS.md discusses ("a per-thread ring of plain records"), not a
-// recorder. OPGUARD_FLOOR_HASH (below) takes parts of the hashing out.
+// It records nothing: no event, no shape, no fingerprint cache, no
+// uninitialised memory, no writer. A ratio measured with it is a lower bound
+// for the design that docs/BENCHMARKS.md discusses ("a per-thread ring of
+// plain records"), not a recorder.
+//
+// OPGUARD_FLOOR_HASH takes parts of the hashing out or changes them:
+//   unset or "1"  everything above;
+//   "0"           nothing hashed (the references are still handed over);
+//   "deferred"    only the hashing thread hashes: the inputs an op writes are
+//                 not hashed at all (what those cost; no recorder may do this);
+//   "cache"       as "1", but an input the op writes is hashed in place only
+//                 when the hashing thread has not already hashed those bits
+//                 (its memory at its current version, handed over as an
+//                 earlier op's output); the hashing thread spins instead of
+//                 sleeping between rounds.
 
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
@@ -48,17 +59,11 @@ std::vector<Ring*> g_rings;  // never freed: a thread's ring outlives it until d
 std::atomic<uint64_t> g_sink{0};  // the hashes, so that none is optimised away
 std::atomic<uint64_t> g_handed{0};
 std::atomic<uint64_t> g_full{0};
-// OPGUARD_FLOOR_HASH: unset or "1" hashes everything; "0" nothing (the
-// references are still handed over); "deferred" only on the hashing thread
-// (the inputs an op writes are not hashed: what the written inputs cost).
+// OPGUARD_FLOOR_HASH (the settings are at the top of this file).
 const char* hash_setting() {
   const char* v = std::getenv("OPGUARD_FLOOR_HASH");
   return v == nullptr ? "1" : v;
 }
-// "cache": as "1", but an input the op writes is hashed in place only when
-// the hashing thread has not already hashed those bits (its memory at its
-// current version, as handed over as an earlier op's output); the hashing
-// thread spins instead of sleeping between rounds.
 const bool g_hash = std::strcmp(hash_setting(), "0") != 0;
 const bool g_cache = std::strcmp(hash_setting(), "cache") == 0;
 const bool g_hash_written = g_cache || std::strcmp(hash_setting(), "1") == 0;

@@ -79,7 +79,7 @@ TEST_CASE("a manifest's hostile strings reach the shell as plain words and run n
   m.env["BASH_ENV"] = "/tmp/evil.sh";
   const std::string rec_dir = (tmp.path() / "rec").string();
   // The opguard executable replaced by printf: the shell's words, one per line.
-  const std::string cmd = fmts::rerecord_command(m, rec_dir, "12", 4, "printf '[%s]\\n'");
+  const std::string cmd = fmts::rerecord_command(m, rec_dir, "12", 4, "printf '[%s]\\n'", {});
   REQUIRE(cmd.find("LD_PRELOAD") == std::string::npos);
   REQUIRE(cmd.find("BASH_ENV") == std::string::npos);
   const auto before = tree(tmp.path());
@@ -122,8 +122,8 @@ TEST_CASE("a re-record runs in the recorded numerics environment: variables the 
 TEST_CASE("a manifest whose record command is not in opguard's quoted form gets no re-record command") {
   fmts::Manifest m;
   m.info["record_command"] = "python3 train.py; touch pwned";
-  REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard").empty());
+  REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard", {}).empty());
   m.info["record_command"] = quoted_words({"python3", "train.py"});
-  REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard") ==
+  REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard", {}) ==
           "opguard record --out rec-around-3 --dump-around 3:16 -- python3 train.py");
 }

@@ -43,6 +43,6 @@ std::vector<std::string> numerics_env_here();
 // caller's: a run recorded without MKL_CBWR is re-recorded without it.
 std::string rerecord_command(const Manifest& manifest, const std::string& recording_dir, const std::string& event_id,
                              int radius, const std::string& opguard_command,
-                             const std::vector<std::string>& inherited = {});
+                             const std::vector<std::string>& inherited);
 
 }  // namespace opguard::formats
