@@ -811,9 +811,10 @@ void Engine::diff_step(RankState& rs, int64_t step, const LoadedStep& ref_step, 
   rs.gap_of_suspect.assign(se.size(), -1);
   std::vector<uint64_t> sa, sb;
   std::array<PhaseSummary*, kNumPhases> sums{};
+  PhaseSummary out_of_range;  // a step read only for dataflow: no summary row
   for (int p = 0; p < kNumPhases; ++p) {
     if (rp[p].empty() && sp[p].empty()) continue;
-    sums[p] = &summary(rs.suspect_rank, step, static_cast<formats::Phase>(p));
+    sums[p] = in_range ? &summary(rs.suspect_rank, step, static_cast<formats::Phase>(p)) : &out_of_range;
     sa.resize(rp[p].size());
     sb.resize(sp[p].size());
     for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = ref_step.signatures[rp[p][i]];
@@ -1024,6 +1025,30 @@ void diff_manifests(const Side& ref, const Side& sus, const std::vector<std::pai
                    [&](const ManifestDifference& x, const ManifestDifference& y) { return rank_of(x) < rank_of(y); });
 }
 
+// A --steps range that selects none of the compared ranks' steps would
+// report nothing compared as "the runs agree": refused instead.
+void check_step_range(const Side& a, const Side& b, const std::vector<std::pair<int, int>>& ranks,
+                      const DiffOptions& options) {
+  if (!options.first_step && !options.last_step) return;
+  std::set<int64_t> steps;
+  for (const auto& [ra, rb] : ranks) {
+    for (const formats::RankFiles* f : {a.rank(ra), b.rank(rb)}) {
+      for (const auto& [step, path] : f->steps) steps.insert(step);
+      for (const auto& [step, path] : f->torn) steps.insert(step);
+    }
+  }
+  for (int64_t step : steps) {
+    if ((!options.first_step || step >= *options.first_step) && (!options.last_step || step <= *options.last_step))
+      return;
+  }
+  std::string range = fmt::format("{}:{}", options.first_step ? std::to_string(*options.first_step) : "",
+                                  options.last_step ? std::to_string(*options.last_step) : "");
+  if (options.first_step && options.first_step == options.last_step) range = std::to_string(*options.first_step);
+  if (steps.empty()) throw UsageError(fmt::format("--steps {} selects no step: the recordings have no steps", range));
+  throw UsageError(fmt::format("--steps {} selects no step: the recordings have steps {} to {}", range, *steps.begin(),
+                               *steps.rbegin()));
+}
+
 }  // namespace
 
 DiffReport diff_recordings(const std::string& reference, const std::string& suspect, const DiffOptions& options) {
@@ -1050,6 +1075,7 @@ DiffReport diff_recordings(const std::string& reference, const std::string& susp
     ranks.push_back({r, r});
     report.ranks.push_back(r);
   }
+  check_step_range(ref, sus, ranks, options);
   diff_manifests(ref, sus, ranks, report);
   Engine engine(ref, sus, options, report, false);
   for (const auto& [ra, rb] : ranks) engine.run_rank(ra, rb);
@@ -1068,6 +1094,7 @@ DiffReport diff_ranks(const std::string& run, int rank_a, int rank_b, const Diff
   report.reference_dir = run;
   report.suspect_dir = run;
   report.ranks = {rank_a, rank_b};
+  check_step_range(side, side, {{rank_a, rank_b}}, options);
   diff_manifests(side, side, {{rank_a, rank_b}}, report);
   // Rank and world size differ by construction; the rest should not.
   auto& md = report.manifest_differences;

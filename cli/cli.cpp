@@ -5,7 +5,10 @@
 #include <climits>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "exit_codes.h"
+#include "opguard/formats/recording.h"
 #include "opguard/core/error.h"
 #include "verbs.h"
 
@@ -24,7 +27,8 @@ std::string executable_dir() {
 int run_cli(int argc, char** argv) {
   CLI::App app{"opguard: record two training runs, find the first operator whose bits diverge"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "opguard 0.1.0 (recording format 1)");
+  app.set_version_flag("--version", fmt::format("opguard {} (recording format {})", OPGUARD_VERSION,
+                                                formats::kFormatVersion));
   VerbResult result;
   add_record_command(app, result);
   add_ls_command(app, result);

@@ -720,6 +720,24 @@ TEST_CASE("--steps reports only that range while earlier steps still feed the da
   CHECK(count(d, EventClass::kPropagated) == 10);
   CHECK(d.report.events_suspect == 10);
   CHECK(d.report.diverged);
+  // Steps read only for the dataflow have no summary rows (they would print as "every event same").
+  REQUIRE_FALSE(d.report.summary.empty());
+  for (const auto& s : d.report.summary) CHECK(s.step == 2);
+}
+
+TEST_CASE("--steps that selects none of the recorded steps is refused, not reported as agreeing") {
+  for (auto [first, last] : std::vector<std::pair<std::optional<int64_t>, std::optional<int64_t>>>{
+           {9, 9}, {4, std::nullopt}, {std::nullopt, -1}}) {
+    TempDir dir;
+    bisect::DiffOptions o;
+    o.first_step = first;
+    o.last_step = last;
+    CHECK_THROWS_AS(diff_training(dir, 4, {}, o), UsageError);
+  }
+  TempDir dir;
+  bisect::DiffOptions o;
+  o.first_step = 3;  // the last recorded step: compared
+  CHECK_FALSE(diff_training(dir, 4, {}, o).report.diverged);
 }
 
 TEST_CASE("cross-rank mode compares the optimizer and collectives of two replicas") {

@@ -193,6 +193,8 @@ TEST_CASE("bad command lines get usage and exit code 2") {
       {kOpguard, "diff"},
       {kOpguard, "diff", tmp / "good", tmp / "good", "--max-origins", "-1"},
       {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "a:b"},
+      {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "5"},  // steps 0 and 1 only
+      {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "2:"},
       {kOpguard, "record", "--out", tmp / "r", "--dump-budget", "lots", "--", "/bin/true"},
   };
   for (const auto& cmd : commands) {
@@ -200,4 +202,11 @@ TEST_CASE("bad command lines get usage and exit code 2") {
     INFO((cmd.size() > 1 ? cmd[1] : std::string("(none)")) << ": exit " << r.exit_code << " " << r.err);
     CHECK(r.exit_code == 2);
   }
+}
+
+TEST_CASE("--version names the recording format this build reads and writes") {
+  TempDir tmp;
+  Result r = run({kOpguard, "--version"}, tmp.path().string());
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("recording format " + std::to_string(opguard::formats::kFormatVersion)) != std::string::npos);
 }
