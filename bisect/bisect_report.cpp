@@ -116,8 +116,9 @@ std::string shrink_text(const ShrinkResult& r) {
                    r.accepted, r.budget_exhausted ? ", trial budget spent" : "");
   std::string slices;
   for (const auto& s : r.slices)
-    slices += fmt::format("{}{}:{}:{}:{}", slices.empty() ? "" : " ", s.argument, s.dim, s.start, s.length);
-  if (!slices.empty()) t += "slices (argument:dim:start:length): " + slices + "\n";
+    slices += fmt::format("{}{}:{}:{}:{}", slices.empty() ? "" : ",", s.argument, s.dim, s.start, s.length);
+  // As `opguard repro --slices` takes them.
+  if (!slices.empty()) t += "slices (argument:dim:start:length, for repro --slices): " + slices + "\n";
   return t;
 }
 

@@ -85,10 +85,11 @@ RunResult bisect_run(const RunOptions& o) {
   if (o.out_dir.empty()) throw UsageError("bisect run needs an output directory (-o DIR)");
   const fs::path out = fs::absolute(o.out_dir);
   if (fs::exists(out) && !fs::is_directory(out))
-    throw UsageError(fmt::format("{} exists and is not a directory: name a new one with -o", out.string()));
+    throw IoError(fmt::format("{} exists and is not a directory: name a new one with -o", out.string()));
   const fs::path work = out / "work";
+  const bool created_out = !fs::exists(out);
   std::error_code ec;
-  fs::create_directories(work, ec);
+  fs::create_directories(work, ec);  // now: an unwritable -o fails before the stages run
   if (ec) throw IoError(fmt::format("cannot create {}: {}", work.string(), ec.message()));
 
   // 1. diff
@@ -98,7 +99,15 @@ RunResult bisect_run(const RunOptions& o) {
   dopt.rank = o.rank;
   dopt.max_origins = 1;
   dopt.opguard_command = o.self_exe;
-  const DiffReport report = diff_recordings(o.reference, o.suspect, dopt);
+  DiffReport report;
+  try {
+    report = diff_recordings(o.reference, o.suspect, dopt);
+  } catch (...) {
+    // A recording it cannot read: leave no empty directories behind.
+    fs::remove(work, ec);
+    if (created_out) fs::remove(out, ec);
+    throw;
+  }
   stage("diff", t0);
   if (!report.first_divergent) {
     // Diverged without a source: events only one run has, or a missing step

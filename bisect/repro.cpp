@@ -71,10 +71,10 @@ bool prepare_out_dir(const std::string& out_dir) {
   struct stat st {};
   if (::lstat(out_dir.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode))
-      throw UsageError(fmt::format("{} is a symbolic link: give the bundle a plain new directory", out_dir));
-    if (!S_ISDIR(st.st_mode)) throw UsageError(fmt::format("{} exists and is not a directory", out_dir));
+      throw IoError(fmt::format("{} is a symbolic link: give the bundle a plain new directory", out_dir));
+    if (!S_ISDIR(st.st_mode)) throw IoError(fmt::format("{} exists and is not a directory", out_dir));
     if (!fs::is_empty(out_dir))
-      throw UsageError(fmt::format("{} exists and is not empty: give the bundle a new or empty directory", out_dir));
+      throw IoError(fmt::format("{} exists and is not empty: give the bundle a new or empty directory", out_dir));
     return false;
   }
   std::error_code ec;
@@ -622,7 +622,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
 CheckResult check_bundle(const std::string& dir, const CheckOptions& options) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw UsageError(fmt::format("{} is not a directory: give the bundle directory that opguard repro wrote", dir));
+    throw FormatError(fmt::format("{} is not a directory: give the bundle directory that opguard repro wrote", dir));
   for (const auto& f : kBundleFiles) {
     struct stat fst {};
     if (::lstat((dir + "/" + f).c_str(), &fst) != 0 || !S_ISREG(fst.st_mode))

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "exit_codes.h"
 #include "opguard/bisect/bisect.h"
@@ -40,7 +43,8 @@ constexpr const char* kHelp = R"(Bisect a divergent operator (docs/BISECT.md).
 Exit code: 0 found (a knob set, shrunk inputs, a bundle), 4 nothing to bisect
 (good and bad give the same bits; run: the runs do not diverge), 65 the event
 cannot be replayed (inputs not recorded in full and no record command, op
-unknown) or a bad recording, 2 bad options, unknown event or knob.)";
+unknown) or a bad recording, 2 bad options, unknown event or knob, 74 run: DIR
+cannot be written, 127 run: the --check-with Python cannot be started.)";
 
 struct Options {
   std::string dir, event, good, bad, out, suspect, check_python;
@@ -82,9 +86,28 @@ int run_shrink(const Options& o) {
   return r.diverges ? kExitOk : kExitNothing;
 }
 
+// Whether `program` names an executable file, as posix_spawnp would find it
+// (a name without a slash is looked up on PATH).
+bool can_execute(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (std::size_t begin = 0; begin <= dirs.size();) {
+    std::size_t end = dirs.find(':', begin);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > begin ? dirs.substr(begin, end - begin) : ".";
+    if (::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 int run_pipeline(const Options& o) {
   if (o.dir.empty() || o.suspect.empty()) throw UsageError("bisect run needs two recordings: REF SUSPECT -o DIR");
   if (o.out.empty()) throw UsageError("bisect run needs -o DIR for the re-recordings and the bundle");
+  // Before the pipeline runs, not after it (the check is its last stage).
+  if (!o.check_python.empty() && !can_execute(o.check_python))
+    throw LaunchError(fmt::format("cannot start {}: no such executable (--check-with)", o.check_python));
   bisect::RunOptions r;
   r.reference = o.dir;
   r.suspect = o.suspect;
@@ -124,7 +147,8 @@ void add_bisect_command(CLI::App& app, VerbResult& result) {
   auto common = [&](CLI::App* s) {
     s->add_option("--rank", o->rank, "Rank (default 0)");
     s->add_flag("--json", o->json, "Machine-readable output (schema opguard-bisect/1)");
-    s->add_option("--max-trials", o->max_trials, "Shrink: at most this many slice candidates (default 120)");
+    s->add_option("--max-trials", o->max_trials, "Shrink: at most this many slice candidates (default 120)")
+        ->check(at_least_one());
   };
   auto event_verb = [&](const char* name, const char* what, int (*fn)(const Options&)) {
     CLI::App* s = sub->add_subcommand(name, what);

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -22,6 +24,19 @@ std::string executable_dir() {
   std::string path(buf);
   auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+const CLI::Validator& at_least_one() {
+  static const CLI::Validator v(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long n = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno != 0 || n < 1) return text + " is not a count of 1 or more";
+        return "";
+      },
+      "N>=1");
+  return v;
 }
 
 int run_cli(int argc, char** argv) {

@@ -88,8 +88,8 @@ void add_diff_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--max-origins", o->diff.max_origins, "Divergence sources listed (default 5)");
   sub->add_option("--trace", o->diff.trace_path, "Write a Chrome trace-event JSON file (Perfetto)");
   sub->add_option("--ranks", o->ranks, "Cross-rank mode: compare ranks A,B of one run");
-  sub->add_flag("--json", o->json, "Machine-readable report (schema opguard-diff/1, docs/DIFF.md)");
-  sub->add_flag("--events", o->diff.list_events, "With --json: list every event and its class");
+  CLI::Option* json = sub->add_flag("--json", o->json, "Machine-readable report (schema opguard-diff/1, docs/DIFF.md)");
+  sub->add_flag("--events", o->diff.list_events, "With --json: list every event and its class")->needs(json);
   sub->callback([o, &result] {
     bisect::DiffOptions options = o->diff;
     if (!o->steps.empty()) parse_steps(o->steps, options);

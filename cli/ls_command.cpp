@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -18,9 +20,21 @@ constexpr const char* kHelp = R"(List a recording: per rank, step and phase the 
 operators and bytes of full tensors; the manifest's numerics knobs; torn steps
 (a process killed during a step leaves it torn; every earlier step is intact).
 
+--events lists every event after its step's phases: its id (what show,
+replay, bisect and repro take as --event), phase, operator, module scope and
+autograd node; --step S keeps one step (of the listing and of --events).
+
 Examples:
   opguard ls runA
+  opguard ls runA --events --step 1
   opguard ls runA --json | python3 -m json.tool)";
+
+struct Options {
+  std::string dir;
+  bool json = false;
+  bool events = false;
+  std::optional<int64_t> step;
+};
 
 struct PhaseStats {
   uint64_t events = 0;
@@ -33,7 +47,8 @@ uint64_t tensor_bytes(const formats::TensorMeta& m) {
   return static_cast<uint64_t>(m.numel()) * dtype_size(m.dtype);
 }
 
-int run_ls(const std::string& dir, bool json) {
+int run_ls(const Options& o) {
+  const std::string& dir = o.dir;
   const formats::RecordingLayout layout = formats::scan_recording(dir);
   nlohmann::json out;
   out["recording"] = dir;
@@ -70,6 +85,7 @@ int run_ls(const std::string& dir, bool json) {
     jr["steps"] = nlohmann::json::array();
     uint64_t total_events = 0;
     for (const auto& [step, path] : rank.steps) {
+      if (o.step && step != *o.step) continue;
       formats::StepReader reader(path);
       std::map<int, PhaseStats> phases;
       for (const auto& ev : reader.events()) {
@@ -97,6 +113,17 @@ int run_ls(const std::string& dir, bool json) {
                               {"full_tensors", ps.full_tensors}, {"bytes", ps.bytes}};
         total_events += ps.events;
       }
+      if (o.events) {
+        js["events"] = nlohmann::json::array();
+        for (const auto& ev : reader.events()) {
+          const std::string id = formats::event_id_string(ev.id);
+          const std::string op = ev.overload.empty() ? ev.op : ev.op + "." + ev.overload;
+          const char* phase = formats::phase_name(ev.phase);
+          text += fmt::format("  {:>10}  {:<9}  {}{}{}\n", id, phase, op, ev.scope.empty() ? "" : "  scope " + ev.scope,
+                              ev.node.empty() ? "" : "  node " + ev.node);
+          js["events"].push_back({{"id", id}, {"phase", phase}, {"op", op}, {"scope", ev.scope}, {"node", ev.node}});
+        }
+      }
       jr["steps"].push_back(js);
     }
     jr["torn_steps"] = nlohmann::json::array();
@@ -108,7 +135,12 @@ int run_ls(const std::string& dir, bool json) {
     jr["events"] = total_events;
     // complete: the process ended cleanly and every write succeeded.
     jr["complete"] = info("clean_exit") == "1" && info("recording_failed") != "1";
-    text += fmt::format("  {} events in {} complete step(s)\n", total_events, rank.steps.size());
+    if (o.step) {
+      const bool has = std::any_of(rank.steps.begin(), rank.steps.end(), [&](const auto& s) { return s.first == *o.step; });
+      text += fmt::format("  {} events in step {}{}\n", total_events, *o.step, has ? "" : " (not a complete step of this rank)");
+    } else {
+      text += fmt::format("  {} events in {} complete step(s)\n", total_events, rank.steps.size());
+    }
     if (info("recording_failed") == "1") {
       text += fmt::format("  incomplete: recording stopped at step {} because a write failed ({}); the run went on "
                           "unrecorded\n",
@@ -124,7 +156,7 @@ int run_ls(const std::string& dir, bool json) {
     }
     out["ranks"].push_back(jr);
   }
-  if (json) {
+  if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::fputs(text.c_str(), stdout);
@@ -135,13 +167,14 @@ int run_ls(const std::string& dir, bool json) {
 }  // namespace
 
 void add_ls_command(CLI::App& app, VerbResult& result) {
-  auto dir = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
+  auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("ls", "List the steps, phases and events of a recording");
   sub->footer(kHelp);
-  sub->add_option("recording", *dir, "Recording directory")->required();
-  sub->add_flag("--json", *json, "Machine-readable output");
-  sub->callback([dir, json, &result] { result.exit_code = run_ls(*dir, *json); });
+  sub->add_option("recording", o->dir, "Recording directory")->required();
+  sub->add_flag("--json", o->json, "Machine-readable output");
+  sub->add_flag("--events", o->events, "List every event: id, phase, operator, scope, autograd node");
+  sub->add_option("--step", o->step, "Only this step");
+  sub->callback([o, &result] { result.exit_code = run_ls(*o); });
 }
 
 }  // namespace opguard::cli

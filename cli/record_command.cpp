@@ -283,7 +283,7 @@ void add_record_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--out,-o", opts->out, "Recording directory (new or empty)")->required();
   sub->add_flag("--dump-all", opts->dump_all, "Full tensors for every event");
   sub->add_option("--dump-steps", opts->dump_steps, "Full tensors in these steps: 3 or 2:5 (repeatable)");
-  sub->add_option("--dump-every", opts->dump_every, "Full tensors every N steps");
+  sub->add_option("--dump-every", opts->dump_every, "Full tensors every N steps")->check(at_least_one());
   sub->add_option("--dump-ops", opts->dump_ops, "Full tensors for ops matching this regex (aten::softmax.int)");
   sub->add_option("--dump-scopes", opts->dump_scopes, "Full tensors for scopes matching this regex");
   sub->add_option("--dump-around", opts->dump_around, "Full tensors for events ID-R..ID+R: ID[:R], R=32 by default (repeatable)");

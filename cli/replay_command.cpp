@@ -194,7 +194,8 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
   sub->add_option("recording", o->dir, "Recording directory");
   sub->add_option("--event,-e", o->event, "Event id (the first one with --window)");
   sub->add_flag("--all", o->all, "Replay every event whose inputs the recording holds in full");
-  sub->add_option("--window", o->window, "Replay N consecutive events from --event, teacher-forced; stop at the first that differs");
+  sub->add_option("--window", o->window, "Replay N consecutive events from --event, teacher-forced; stop at the first that differs")
+      ->check(at_least_one());
   sub->add_flag("--free-running", o->free_running,
                 "--window: feed the replayed outputs to the later events that read them (default: teacher-forced)");
   sub->add_option("--rank", o->rank, "Rank (default 0)");

@@ -47,7 +47,8 @@ configs must give exactly the expected bits, and differ from each other.
 Exit code: 0 bundle written / still reproduces, 4 nothing to reproduce (good
 and bad give identical bits; no bundle is written) / check: it no longer
 reproduces, 65 the event cannot be replayed or DIR is not a bundle, 74 cannot
-write DIR, 2 bad options (DIR not empty, unknown event or knob).)";
+write DIR (it is not empty, not a directory or a symbolic link), 2 bad options
+(unknown event or knob), 127 check: the Python cannot be started.)";
 
 inline constexpr int kExitNothing = 4;  // as bisect's "nothing to bisect"
 

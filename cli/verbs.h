@@ -24,6 +24,9 @@ void add_bisect_command(CLI::App& app, VerbResult& result);
 // `opguard bisect window`, added by add_bisect_command to its subcommand.
 void add_bisect_window_subcommand(CLI::App& bisect, VerbResult& result);
 
+// An option's check: a whole number of at least 1 ("--window: 0 is not a count of 1 or more").
+const CLI::Validator& at_least_one();
+
 // The directory holding the running opguard executable.
 std::string executable_dir();
 

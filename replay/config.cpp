@@ -170,7 +170,7 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
         throw UsageError("cpu_capability=avx512 cannot be applied on this machine: its CPU has no AVX-512");
       return v;
     }
-    throw UsageError("cpu_capability=" + v + " is not a value of cpu_capability: use default or avx2");
+    throw UsageError("cpu_capability=" + v + " is not a value of cpu_capability: use " + info->values);
   }
   if (knob == "dtype") {
     static const std::map<std::string, std::string> kNames = {

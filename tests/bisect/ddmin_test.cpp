@@ -117,3 +117,11 @@ TEST_CASE("config differences name changed, added and removed knobs; applying th
   CHECK(bisect::apply_changes(good, {d[0]}).to_string() == "threads=1,cpu_capability=avx2,mkldnn=on");
   CHECK(bisect::config_differences(good, good).empty());
 }
+
+TEST_CASE("shrink's text gives the slices as opguard repro --slices takes them") {
+  bisect::ShrinkResult r;
+  r.diverges = true;
+  r.slices = {{0, 1, 0, 1}, {1, 1, 2, 3}};
+  const std::string t = bisect::shrink_text(r);
+  CHECK(t.find("): 0:1:0:1,1:1:2:3\n") != std::string::npos);
+}

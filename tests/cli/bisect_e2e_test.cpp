@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "../support/process.h"
 
@@ -263,7 +264,7 @@ TEST_CASE("bisect run on the Python example, a declared 2-way tensor-parallel pr
   check_tensor_parallel(tmp, {kPython, kTinyGptPy});
 }
 
-TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2 or 65 with one line") {
+TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2, 65 or 74 with one line") {
   TempDir tmp;
   record(tmp, tmp / "a", {kTinyGpt, "--steps", "1", "--threads", "1"});
   record(tmp, tmp / "b", {kTinyGpt, "--steps", "1", "--threads", "1"});
@@ -273,6 +274,16 @@ TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exi
   CHECK_FALSE(std::filesystem::exists(tmp / "out/bundle"));
   Result r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b"}, tmp.path().string());
   CHECK(r.exit_code == 2);
+  std::ofstream(tmp / "a-file") << "x";
+  r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b", "-o", tmp / "a-file"}, tmp.path().string());
+  CHECK(r.exit_code == 74);  // the output cannot be written there
+  r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b", "-o", tmp / "out2", "--check-with", "/nonexistent/python"},
+          tmp.path().string());
+  CHECK(r.exit_code == 127);  // refused before the pipeline runs
+  CHECK_FALSE(std::filesystem::exists(tmp / "out2"));
+  r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "missing", "-o", tmp / "out3"}, tmp.path().string());
+  CHECK(r.exit_code == 65);
+  CHECK_FALSE(std::filesystem::exists(tmp / "out3"));  // no empty directories left behind
   r = run({kOpguard, "bisect", "config", tmp / "a", "--event", "999999", "--bad", "threads=2"}, tmp.path().string());
   CHECK(r.exit_code == 2);
   r = run({kOpguard, "bisect", "config", tmp / "a", "--event", "1", "--bad", "warp=9"}, tmp.path().string());

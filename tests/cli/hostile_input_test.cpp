@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 
 #include "../bisect/recording_builder.h"
 #include "../support/h5_edit.h"
@@ -195,7 +196,11 @@ TEST_CASE("bad command lines get usage and exit code 2") {
       {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "a:b"},
       {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "5"},  // steps 0 and 1 only
       {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", "2:"},
+      {kOpguard, "diff", tmp / "good", tmp / "good", "--events"},  // needs --json
       {kOpguard, "record", "--out", tmp / "r", "--dump-budget", "lots", "--", "/bin/true"},
+      {kOpguard, "record", "--out", tmp / "r", "--dump-every", "0", "--", "/bin/true"},
+      {kOpguard, "replay", tmp / "good", "--event", "0", "--window", "-3"},
+      {kOpguard, "bisect", "shrink", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "-5"},
   };
   for (const auto& cmd : commands) {
     Result r = run(cmd, tmp.path().string());
@@ -209,4 +214,26 @@ TEST_CASE("--version names the recording format this build reads and writes") {
   Result r = run({kOpguard, "--version"}, tmp.path().string());
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("recording format " + std::to_string(opguard::formats::kFormatVersion)) != std::string::npos);
+}
+
+TEST_CASE("ls --events lists every event of a step with the id that show takes") {
+  TempDir tmp;
+  write_valid(tmp / "good");
+  Result r = run({kOpguard, "ls", tmp / "good", "--events", "--step", "1"}, tmp.path().string());
+  REQUIRE(r.exit_code == 0);
+  const std::regex line(R"(\n +([0-9.]+) +[a-z]+ +(aten::[a-z_]+))");
+  std::vector<std::pair<std::string, std::string>> listed;  // id, op
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), line), end; it != end; ++it)
+    listed.emplace_back((*it)[1], (*it)[2]);
+  REQUIRE(listed.size() == 3);  // step 1 only: exp, gelu, sum
+  CHECK(listed[0].second == "aten::exp");
+  CHECK(listed[2].second == "aten::sum");
+  for (const auto& [id, op] : listed) {
+    Result s = run({kOpguard, "show", tmp / "good", "--event", id}, tmp.path().string());
+    CHECK(s.exit_code == 0);
+    CHECK(s.out.find(op) != std::string::npos);
+    CHECK(s.out.find("step 1") != std::string::npos);
+  }
+  Result none = run({kOpguard, "show", tmp / "good", "--event", "99999"}, tmp.path().string());
+  CHECK(none.err.find("opguard ls --events") != std::string::npos);
 }
