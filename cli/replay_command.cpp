@@ -192,8 +192,8 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
   CLI::App* sub = app.add_subcommand("replay", "Re-execute recorded operators with their recorded inputs");
   sub->footer(kHelp);
   sub->add_option("recording", o->dir, "Recording directory");
-  sub->add_option("--event,-e", o->event, "Event id (the first one with --window)");
-  sub->add_flag("--all", o->all, "Replay every event whose inputs the recording holds in full");
+  CLI::Option* event = sub->add_option("--event,-e", o->event, "Event id (the first one with --window)");
+  sub->add_flag("--all", o->all, "Replay every event whose inputs the recording holds in full")->excludes(event);
   sub->add_option("--window", o->window, "Replay N consecutive events from --event, teacher-forced; stop at the first that differs")
       ->check(at_least_one());
   sub->add_flag("--free-running", o->free_running,

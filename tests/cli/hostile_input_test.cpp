@@ -200,6 +200,7 @@ TEST_CASE("bad command lines get usage and exit code 2") {
       {kOpguard, "record", "--out", tmp / "r", "--dump-budget", "lots", "--", "/bin/true"},
       {kOpguard, "record", "--out", tmp / "r", "--dump-every", "0", "--", "/bin/true"},
       {kOpguard, "replay", tmp / "good", "--event", "0", "--window", "-3"},
+      {kOpguard, "replay", tmp / "good", "--event", "0", "--all"},
       {kOpguard, "bisect", "shrink", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "-5"},
   };
   for (const auto& cmd : commands) {
