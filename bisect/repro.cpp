@@ -545,8 +545,11 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
                               {"1", "it did not"},
                               {"2", "the bundle could not be run"}};
 
-    std::string outputs_py, outputs_cpp;
+    std::string outputs_py, outputs_cpp, recorded_env;
     {
+      std::vector<std::string> names;
+      for (const auto& name : replay::recorded_env_names()) names.push_back(quoted(name));
+      recorded_env = fmt::format("{}", fmt::join(names, ", "));
       std::vector<std::string> q;
       for (const auto& ds : output_datasets) q.push_back(quoted(ds));
       outputs_py = fmt::format("[{}]", fmt::join(q, ", "));
@@ -559,6 +562,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@CONFIGS@@",
                      fmt::format("{{\n    \"good\": {},\n    \"bad\": {},\n}}", py_config(good_knobs), py_config(bad_knobs)));
     py = replace_all(py, "@@OUTPUTS@@", outputs_py);
+    py = replace_all(py, "@@RECORDED_ENV@@", "[" + recorded_env + "]");
     py = replace_all(py, "@@ARGS@@", gen.py_args);
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
@@ -571,6 +575,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@CONFIGS@@",
                       fmt::format("    {{\"good\", {}}},\n    {{\"bad\", {}}},", cpp_config(good_knobs), cpp_config(bad_knobs)));
     cpp = replace_all(cpp, "@@OUTPUTS@@", outputs_cpp);
+    cpp = replace_all(cpp, "@@RECORDED_ENV@@", recorded_env);
     cpp = replace_all(cpp, "@@ARGS@@", gen.cpp_args);
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 

@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OP = "@@OP@@"
 # Effective configs: knob -> value, as `opguard configs` names them.
 CONFIGS = @@CONFIGS@@
+RECORDED_ENV = @@RECORDED_ENV@@
 # Tensor outputs in the order the op returns them (nested tuples and lists
 # flattened): the dataset each one has in expected_<config>.h5.
 OUTPUT_DATASETS = @@OUTPUTS@@
@@ -325,10 +326,14 @@ def metrics(a, b):
 def run_config(which, tmp):
     out_path = os.path.join(tmp, which + ".pt")
     env = dict(os.environ)
-    # A variable that either config sets is absent where the other leaves it unset.
+    # A variable that either config sets is absent where the other leaves it
+    # unset, and so is every recorded variable (RECORDED_ENV) the config does not
+    # set: the recorded run did not have it, whatever this shell exports.
     for config in CONFIGS.values():
         for name in env_of(config):
             env.pop(name, None)
+    for name in RECORDED_ENV:
+        env.pop(name, None)
     env.update(env_of(CONFIGS[which]))
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", which, out_path], env=env)
     if proc.returncode != 0:
@@ -447,6 +452,7 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kC
 // Tensor outputs in the order the op returns them (lists flattened): their
 // datasets in expected_<config>.h5.
 const std::vector<std::string> kOutputDatasets = {@@OUTPUTS@@};
+const std::vector<std::string> kRecordedEnv = {@@RECORDED_ENV@@};
 
 std::string g_dir = ".";
 
@@ -845,8 +851,10 @@ int child(const std::string& which, const std::string& out_path) {
 std::vector<at::Tensor> run_config(const std::string& which, const std::string& tmp, const char* self) {
   const std::string out_path = tmp + "/" + which + ".bin";
   std::vector<std::string> env;
-  // A variable that either config sets is absent where the other leaves it unset.
-  std::vector<std::string> either;
+  // A variable that either config sets is absent where the other leaves it
+  // unset, and so is every recorded variable (kRecordedEnv) the config does not
+  // set: the recorded run did not have it, whatever this shell exports.
+  std::vector<std::string> either = kRecordedEnv;
   for (const auto& [name, config] : kConfigs)
     for (const auto& kv : env_of(config)) either.push_back(kv);
   for (char** e = environ; e && *e; ++e) {

@@ -290,4 +290,9 @@ Config recorded_config(const std::string& recording_dir, int rank) {
   return c;
 }
 
+const std::vector<std::string>& recorded_env_names() {
+  static const std::vector<std::string> names(std::begin(detail::kRecordedEnv), std::end(detail::kRecordedEnv));
+  return names;
+}
+
 }  // namespace opguard::replay

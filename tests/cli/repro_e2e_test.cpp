@@ -140,6 +140,25 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   CHECK(check.exit_code == 0);
   CHECK(check.out.find("still reproduces") != std::string::npos);
 
+  // A recorded BLAS variable that neither config sets (the recorded run did not
+  // have it) is removed in repro.py's children whatever the caller exports: a
+  // sitecustomize on PYTHONPATH logs what each child sees.
+  const fs::path spy = tmp / "spy";
+  fs::create_directory(spy);
+  std::ofstream(spy / "sitecustomize.py")
+      << "import os, sys\n"
+         "if '--child' in sys.argv:\n"
+         "    with open(os.environ['OPGUARD_TEST_SPY_LOG'], 'a') as f:\n"
+         "        f.write(os.environ.get('MKL_ENABLE_INSTRUCTIONS', '<unset>') + '\\n')\n";
+  const std::string spy_log = (tmp / "spy.log");
+  Result spied = run({kOpguard, "repro", "check", bundle, "--python", kPython}, tmp.path().string(),
+                     {"PYTHONPATH=" + spy.string(), "OPGUARD_TEST_SPY_LOG=" + spy_log, "MKL_ENABLE_INSTRUCTIONS=AVX2"});
+  INFO(spied.out << spied.err);
+  CHECK(spied.exit_code == 0);
+  CHECK(read_file(spy_log) == "<unset>\n<unset>\n");  // the good and the bad child
+  // repro.cpp removes the same variables (its children are the program itself).
+  CHECK(read_file(bundle + "/repro.cpp").find("\"MKL_ENABLE_INSTRUCTIONS\"") != std::string::npos);
+
   // A bundle whose expected bits are swapped no longer reproduces exactly:
   // check fails (exit 4) and repro.py --strict exits 1.
   const std::string swapped = (tmp / "swapped");

@@ -64,6 +64,11 @@ struct Config {
 // (threads, cpu_capability, mkldnn, deterministic, float32 matmul precision,
 // BLAS thread and MKL_CBWR environment variables).
 Config recorded_config(const std::string& recording_dir, int rank);
+// The environment variables a recorded config carries (as env:NAME knobs) when
+// the recorded run had them; a config without one means "unset": trials, and
+// the programs of a repro bundle, run without it whatever their caller's
+// environment holds.
+const std::vector<std::string>& recorded_env_names();
 // The knobs the program declared it applies itself (`opguard record
 // --declare`, the manifest's declared_knobs): empty when it declared none.
 // They describe the program, not its replay: a recording's own events are
