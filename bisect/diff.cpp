@@ -1025,8 +1025,9 @@ void diff_manifests(const Side& ref, const Side& sus, const std::vector<std::pai
                    [&](const ManifestDifference& x, const ManifestDifference& y) { return rank_of(x) < rank_of(y); });
 }
 
-// A --steps range that selects none of the compared ranks' steps would
-// report nothing compared as "the runs agree": refused instead.
+// A --steps range that selects none of the compared ranks' complete steps
+// would report nothing compared as "the runs agree": refused instead (a torn
+// step is never compared).
 void check_step_range(const Side& a, const Side& b, const std::vector<std::pair<int, int>>& ranks,
                       const DiffOptions& options) {
   if (!options.first_step && !options.last_step) return;
@@ -1034,7 +1035,6 @@ void check_step_range(const Side& a, const Side& b, const std::vector<std::pair<
   for (const auto& [ra, rb] : ranks) {
     for (const formats::RankFiles* f : {a.rank(ra), b.rank(rb)}) {
       for (const auto& [step, path] : f->steps) steps.insert(step);
-      for (const auto& [step, path] : f->torn) steps.insert(step);
     }
   }
   for (int64_t step : steps) {
@@ -1044,9 +1044,10 @@ void check_step_range(const Side& a, const Side& b, const std::vector<std::pair<
   std::string range = fmt::format("{}:{}", options.first_step ? std::to_string(*options.first_step) : "",
                                   options.last_step ? std::to_string(*options.last_step) : "");
   if (options.first_step && options.first_step == options.last_step) range = std::to_string(*options.first_step);
-  if (steps.empty()) throw UsageError(fmt::format("--steps {} selects no step: the recordings have no steps", range));
-  throw UsageError(fmt::format("--steps {} selects no step: the recordings have steps {} to {}", range, *steps.begin(),
-                               *steps.rbegin()));
+  if (steps.empty())
+    throw UsageError(fmt::format("--steps {} selects no step: the recordings have no complete step", range));
+  throw UsageError(fmt::format("--steps {} selects no step: the recordings' complete steps are {} to {}", range,
+                               *steps.begin(), *steps.rbegin()));
 }
 
 }  // namespace

@@ -738,6 +738,13 @@ TEST_CASE("--steps that selects none of the recorded steps is refused, not repor
   bisect::DiffOptions o;
   o.first_step = 3;  // the last recorded step: compared
   CHECK_FALSE(diff_training(dir, 4, {}, o).report.diverged);
+  // Step 3 torn in both runs (both processes died in it): never compared, so not selectable.
+  for (const char* run : {"ref", "sus"})
+    std::filesystem::rename(std::filesystem::path(dir / run) / "rank0/step00000003.h5",
+                            std::filesystem::path(dir / run) / "rank0/step00000003.h5.tmp");
+  CHECK_THROWS_AS(bisect::diff_recordings(dir / "ref", dir / "sus", o), UsageError);
+  o.first_step = 2;  // step 2 is complete
+  CHECK_FALSE(bisect::diff_recordings(dir / "ref", dir / "sus", o).diverged);
 }
 
 TEST_CASE("cross-rank mode compares the optimizer and collectives of two replicas") {
