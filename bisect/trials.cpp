@@ -89,7 +89,7 @@ formats::Event load_event(const std::string& dir, int rank, const std::string& e
         if (ev.id == *id) return ev;
     }
   }
-  throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls --events", dir, event_id, rank));
+  throw UsageError(formats::no_event_message(dir, event_id, rank));
 }
 
 }  // namespace opguard::bisect::detail

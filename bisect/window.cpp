@@ -54,8 +54,7 @@ WindowEvents window_events(const std::string& dir, int rank, const std::string& 
     }
   }
   if (!saw_first || !saw_last)
-    throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls --events", dir,
-                                 saw_first ? to : from, rank));
+    throw UsageError(formats::no_event_message(dir, saw_first ? to : from, rank));
   return w;
 }
 

@@ -200,8 +200,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
   } else if (info("clean_exit") != "1") {
     lost = "; the recording is incomplete (the process did not exit cleanly)";
   }
-  throw UsageError(fmt::format("{} has no event {} on rank {}{}: list events with opguard ls --events", dir, event_text, rank,
-                               lost));
+  throw UsageError(formats::no_event_message(dir, event_text, rank, lost));
 }
 
 }  // namespace

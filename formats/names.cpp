@@ -75,6 +75,11 @@ std::optional<uint64_t> parse_event_id(const std::string& text) {
   return make_event_id(static_cast<uint32_t>(stream), *seq);
 }
 
+std::string no_event_message(const std::string& dir, const std::string& event, int rank, const std::string& why) {
+  return dir + " has no event " + event + " on rank " + std::to_string(rank) + why +
+         ": list events with opguard ls --events";
+}
+
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
   for (int64_t size : sizes) {

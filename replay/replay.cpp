@@ -64,7 +64,7 @@ Located locate(const std::string& dir, int rank, const std::string& event_text) 
     for (const auto& ev : reader->events())
       if (ev.id == id) return Located{reader, &ev};
   }
-  throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls --events", dir, event_text, rank));
+  throw UsageError(formats::no_event_message(dir, event_text, rank));
 }
 
 // Whether a tensor input's bits matter and are missing.
@@ -461,8 +461,7 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
     }
   }
   if (!started)
-    throw UsageError(fmt::format("{} has no event {} on rank {}: list events with opguard ls --events", req.dir, req.event,
-                                 req.rank));
+    throw UsageError(formats::no_event_message(req.dir, req.event, req.rank));
   return out;
 }
 

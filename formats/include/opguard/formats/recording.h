@@ -124,6 +124,9 @@ inline uint64_t make_event_id(uint32_t stream, uint64_t seq) {
 }
 std::string event_id_string(uint64_t id);
 std::optional<uint64_t> parse_event_id(const std::string& text);
+// The one error sentence of every verb asked for an event a recording lacks;
+// `why` (e.g. "; step 3 is torn ...") goes before the pointer to ls --events.
+std::string no_event_message(const std::string& dir, const std::string& event, int rank, const std::string& why = "");
 
 // Free-form key/value facts about a run (see docs/FORMAT.md for the keys that
 // opguard writes), plus the numerics-relevant environment variables.
