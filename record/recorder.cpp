@@ -104,6 +104,7 @@ std::optional<DType> to_dtype(c10::ScalarType t) {
 struct NodeFrame {
   std::string node;
   const std::string* scope = nullptr;
+  uint64_t forward_thread = 0;  // RecordFunction's id of the thread that ran the node's forward op
 };
 
 struct ThreadState {
@@ -115,7 +116,6 @@ struct ThreadState {
   std::vector<const std::string*> scopes;  // interned full paths, innermost last
   std::vector<Phase> phases;               // explicit phase ranges
   std::vector<NodeFrame> nodes;            // autograd node ranges
-  Phase last_phase = Phase::kOther;
   std::unordered_map<std::string, bool> op_regex_cache;
   std::unordered_map<const std::string*, bool> scope_regex_cache;
   uint64_t generation = 0;  // Recorder generation these caches belong to
@@ -177,6 +177,14 @@ struct RecorderImpl {
   std::atomic<int64_t> step{0};
   std::atomic<bool> explicit_steps{false};
   std::atomic<bool> optimizer_ranges{false};
+  // The inferred step boundary (docs/RECORD.md, "Steps"), for programs with
+  // neither: since the last boundary a backward op ran and, after it, an op
+  // wrote a parameter (a leaf tensor that requires grad); the next forward op
+  // of the thread whose forward ops the backward ran for (RecordFunction's
+  // thread id) starts a new step. Reset by every step boundary.
+  std::atomic<bool> backward_seen{false};
+  std::atomic<bool> parameters_updated{false};
+  std::atomic<uint64_t> training_thread{0};
   std::atomic<uint64_t> dumped_bytes{0};
   std::atomic<uint64_t> dropped{0};
   // Deferred tensors whose quick probe changed before they were hashed
@@ -334,6 +342,12 @@ namespace {
 std::mutex g_lifecycle_mutex;
 std::atomic<bool> g_in_forked_child{false};
 uint64_t g_generation = 0;
+
+// Whether the recorder infers steps itself (neither mark_step() nor an
+// Optimizer.step range seen yet).
+bool infers_steps(const RecorderImpl& rec) {
+  return !rec.explicit_steps.load(std::memory_order_relaxed) && !rec.optimizer_ranges.load(std::memory_order_relaxed);
+}
 
 bool is_empty_op(const std::string& name) {
   static const char* kEmpty[] = {"aten::empty",     "aten::empty_like",        "aten::empty_strided",
@@ -747,6 +761,13 @@ struct ValueBuilder {
       DeferredHashing::instance().wait_clear(memory, run_deferred, &rec);
       if (n_written < kMaxWritten) written_bases[n_written] = memory;
       ++n_written;
+    }
+    if (written && infers_steps(rec) && rec.backward_seen.load(std::memory_order_relaxed) && t.requires_grad() &&
+        t.is_leaf() && t.has_storage() && t.storage().data() != nullptr) {
+      // A parameter updated after a backward: an optimizer ran (the steps the
+      // recorder infers). Not a FakeTensor of torch.compile's tracing: it
+      // holds no bytes.
+      rec.parameters_updated.store(true, std::memory_order_relaxed);
     }
     TensorTask& task = pending.tasks.back().emplace();
     formats::TensorMeta& m = task.meta;
@@ -1162,7 +1183,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       if (starts_with(name, kOptimizerStepPrefix) || starts_with(name, kOptimizerZeroGradPrefix)) {
         ts.phases.push_back(Phase::kOptimizer);
         auto ctx = std::make_unique<Context>(Context::kOptimizer);
-        if (starts_with(name, kOptimizerStepPrefix)) rec.optimizer_ranges.store(true);
+        // An optimizer stepped inside backward (a per-parameter optimizer in
+        // a post-accumulate-grad hook) ends no step: the inferred steps do.
+        if (starts_with(name, kOptimizerStepPrefix) && ts.nodes.empty()) rec.optimizer_ranges.store(true);
         return ctx;
       }
       return nullptr;
@@ -1171,6 +1194,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     if (node_range) {
       NodeFrame frame;
       frame.node = starts_with(name, kNodePrefix) ? name + std::strlen(kNodePrefix) : name;
+      frame.forward_thread = fn.forwardThreadId();
+      if (frame.forward_thread == 0 && !ts.nodes.empty()) frame.forward_thread = ts.nodes.back().forward_thread;
       if (fn.seqNr() >= 0) {
         const uint64_t key = (fn.forwardThreadId() << 40) ^ static_cast<uint64_t>(fn.seqNr());
         std::lock_guard<std::mutex> lock(rec.node_mutex);
@@ -1236,14 +1261,19 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   PendingEvent& pending = *ctx->pending;
   formats::Event& ev = pending.event;
   const Phase phase = current_phase(ts);
-  // Fallback step boundary for programs that neither call mark_step() nor run
-  // PyTorch's Optimizer.step: a forward op after backward ops on the main
-  // thread starts a new step.
-  if (ts.stream == 0 && !rec.explicit_steps.load() && !rec.optimizer_ranges.load() &&
-      phase == Phase::kForward && ts.last_phase == Phase::kBackward) {
-    Recorder::step();
+  if (infers_steps(rec)) {
+    // Steps of programs that neither call mark_step() nor run PyTorch's
+    // Optimizer.step: a forward op after a backward and an optimizer update
+    // (not after a micro-batch's backward alone) starts a new step.
+    if (phase == Phase::kBackward) {
+      const bool known = !ts.nodes.empty() && ts.nodes.back().forward_thread != 0;
+      rec.training_thread.store(known ? ts.nodes.back().forward_thread : fn.threadId(), std::memory_order_relaxed);
+      rec.backward_seen.store(true, std::memory_order_relaxed);
+    } else if (phase == Phase::kForward && rec.parameters_updated.load(std::memory_order_relaxed) &&
+               rec.training_thread.load(std::memory_order_relaxed) == fn.threadId()) {
+      Recorder::step();
+    }
   }
-  ts.last_phase = phase;
   ev.stream = ts.stream;
   ev.seq = ts.next_seq++;
   ev.id = formats::make_event_id(ev.stream, ev.seq);
@@ -1326,7 +1356,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     case Context::kOptimizer:
       if (!ts.phases.empty()) ts.phases.pop_back();
       if (std::strncmp(fn.name(), kOptimizerStepPrefix, std::strlen(kOptimizerStepPrefix)) == 0 &&
-          !rec.explicit_steps.load() && ts.phases.empty())
+          !rec.explicit_steps.load() && ts.phases.empty() && ts.nodes.empty())
         Recorder::step();
       return;
     case Context::kNode:
@@ -1651,6 +1681,8 @@ void Recorder::step() {
   RecorderImpl* rec = g_recorder;
   if (rec == nullptr || !rec->active.load()) return;
   rec->step.fetch_add(1);
+  rec->backward_seen.store(false, std::memory_order_relaxed);
+  rec->parameters_updated.store(false, std::memory_order_relaxed);
   if (rec->writer && !rec->failed.load()) {
     if (rec->hasher) {
       rec->hasher->end_step();

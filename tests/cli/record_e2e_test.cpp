@@ -172,6 +172,49 @@ TEST_CASE("the Python recording gets module scopes and steps without any change 
   REQUIRE(steps.count(2) == 1);  // from PyTorch's Optimizer.step ranges
 }
 
+TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulation, an optimizer in backward, "
+          "a compiled optimizer step") {
+  // Two micro-batches a step under torch.optim (the first step too, before any
+  // Optimizer.step range was seen); a per-parameter optimizer stepped in a
+  // post-accumulate-grad hook (ranges inside backward end no step: the
+  // recorder infers the steps); a compiled Optimizer.step (dynamo drops its
+  // range: inferred too, its tracing's FakeTensor writes are no update).
+  TempDir tmp;
+  const std::string source =
+      "import sys, torch\n"
+      "torch.manual_seed(0)\n"
+      "torch.set_num_threads(1)\n"
+      "mode, micro = sys.argv[1], int(sys.argv[2])\n"
+      "m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))\n"
+      "if mode == 'in_backward':\n"
+      "    opts = {p: torch.optim.SGD([p], lr=0.1) for p in m.parameters()}\n"
+      "    def hook(p):\n"
+      "        opts[p].step()\n"
+      "        opts[p].zero_grad()\n"
+      "    for p in m.parameters():\n"
+      "        p.register_post_accumulate_grad_hook(hook)\n"
+      "    step = lambda: None\n"
+      "else:\n"
+      "    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
+      "    step = torch.compile(opt.step, backend='eager') if mode == 'compiled' else opt.step\n"
+      "for s in range(3):\n"
+      "    for i in range(micro):\n"
+      "        m(torch.randn(8, 16)).pow(2).mean().backward()\n"
+      "    step()\n"
+      "    if mode != 'in_backward':\n"
+      "        opt.zero_grad()\n";
+  for (const auto& [mode, micro] : std::vector<std::pair<std::string, int>>{
+           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}}) {
+    INFO("mode " << mode);
+    const std::string out = tmp / ("rec_" + mode);
+    record_unchanged(tmp, "steps.py", source, out, {mode, std::to_string(micro)});
+    std::map<int64_t, int> forward_linear;
+    for (const auto& e : events_of(out))
+      if (e.op == "aten::linear" && e.phase == fmts::Phase::kForward) ++forward_linear[e.step];
+    CHECK(forward_linear == std::map<int64_t, int>{{0, 2 * micro}, {1, 2 * micro}, {2, 2 * micro}});
+  }
+}
+
 TEST_CASE("Python module scopes through the recorder's C calls equal those of RecordFunction ranges") {
   TempDir tmp;
   // Under `opguard record` the hooks take opguard_push_scope / opguard_pop_scope

@@ -267,6 +267,56 @@ TEST_CASE("mark_step ends a step: events after it are in the next step file") {
   REQUIRE(mul[1]->id == mul[0]->id + 1);  // main thread: consecutive ids
 }
 
+// A training loop without mark_step() or an Optimizer.step range (a C++
+// program on libtorch's optimizers, a compiled optimizer step): the recorder
+// infers the steps. Two micro-batches a step (a forward right after a
+// backward, no update between) stay in one step; an initialisation that
+// writes the parameter before any backward is no update; an update after a
+// backward ends the step at the next forward op of the training thread, also
+// when that thread is not the process's main thread.
+void sgd_steps(at::Tensor& w, int steps, int micro_batches) {
+  {
+    at::NoGradGuard no_grad;
+    w.mul_(0.5);  // initialisation
+  }
+  at::Tensor x = at::ones({3, 4});
+  for (int s = 0; s < steps; ++s) {
+    for (int m = 0; m < micro_batches; ++m) at::mm(x, w).sum().backward();
+    at::NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.1);
+    w.mutable_grad().zero_();
+  }
+}
+
+void require_inferred_steps(const Recorded& r, int steps, int micro_batches) {
+  REQUIRE(r.layout.ranks[0].steps.size() == static_cast<std::size_t>(steps));
+  std::map<int64_t, int> forward_mm, updates;
+  for (const auto& e : r.events) {
+    if (e.op == "aten::mm" && e.phase == opguard::formats::Phase::kForward) ++forward_mm[e.step];
+    if (e.op == "aten::sub_") ++updates[e.step];
+  }
+  for (int s = 0; s < steps; ++s) {
+    CAPTURE(s);
+    CHECK(forward_mm[s] == micro_batches);
+    CHECK(updates[s] == 1);
+  }
+}
+
+TEST_CASE("without mark_step or optimizer ranges, a step ends at the forward after a backward and an update") {
+  SUBCASE("one micro-batch a step") {
+    at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
+    require_inferred_steps(record([&] { sgd_steps(w, 3, 1); }), 3, 1);
+  }
+  SUBCASE("gradient accumulation over two micro-batches") {
+    at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
+    require_inferred_steps(record([&] { sgd_steps(w, 3, 2); }), 3, 2);
+  }
+  SUBCASE("training on a thread other than the main thread") {
+    at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
+    require_inferred_steps(record([&] { std::thread([&] { sgd_steps(w, 3, 2); }).join(); }), 3, 2);
+  }
+}
+
 TEST_CASE("the sampling policy stores full tensors for the steps it names only") {
   at::Tensor x = at::arange(10, at::kFloat);
   auto r = record(

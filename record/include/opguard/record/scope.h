@@ -64,7 +64,9 @@ class PhaseScope {
 };
 
 // Ends the current training step: events after it belong to the next step.
-// Once a program calls it, the recorder stops inferring steps by itself.
+// Once a program calls it, only these calls end steps (docs/RECORD.md,
+// "Steps": otherwise PyTorch's Optimizer.step ranges, or steps inferred from
+// a backward and an update of the parameters).
 inline void mark_step() {
   at::RecordFunction range(at::RecordScope::USER_SCOPE);
   if (range.isActive()) range.before(std::string_view(kStepRangeName));
