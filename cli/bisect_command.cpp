@@ -144,31 +144,33 @@ void add_bisect_command(CLI::App& app, VerbResult& result) {
   CLI::App* sub = app.add_subcommand("bisect", "Find the knobs and the smallest inputs that flip an operator's bits");
   sub->footer(kHelp);
   sub->require_subcommand(1);
-  auto common = [&](CLI::App* s) {
+  // `shrinks`: the verb shrinks inputs (shrink, run), so it takes --max-trials.
+  auto common = [&](CLI::App* s, bool shrinks) {
     s->add_option("--rank", o->rank, "Rank (default 0)");
     s->add_flag("--json", o->json, "Machine-readable output (schema opguard-bisect/1)");
-    s->add_option("--max-trials", o->max_trials, "Shrink: at most this many slice candidates (default 120)")
-        ->check(at_least_one());
+    if (shrinks)
+      s->add_option("--max-trials", o->max_trials, "Shrink: at most this many slice candidates (default 120)")
+          ->check(at_least_one());
   };
-  auto event_verb = [&](const char* name, const char* what, int (*fn)(const Options&)) {
+  auto event_verb = [&](const char* name, const char* what, int (*fn)(const Options&), bool shrinks) {
     CLI::App* s = sub->add_subcommand(name, what);
     s->footer(kHelp);
     s->add_option("recording", o->dir, "Recording holding the event's inputs in full");
     s->add_option("--event,-e", o->event, "Event id");
     s->add_option("--good", o->good, "Knobs of the good config, over the recorded config");
     s->add_option("--bad", o->bad, "Knobs of the bad config, over the recorded config");
-    common(s);
+    common(s, shrinks);
     s->callback([o, &result, fn] { result.exit_code = fn(*o); });
   };
-  event_verb("config", "ddmin over the knobs in which good and bad differ", run_config);
-  event_verb("shrink", "Shrink the inputs while good and bad still differ", run_shrink);
+  event_verb("config", "ddmin over the knobs in which good and bad differ", run_config, false);
+  event_verb("shrink", "Shrink the inputs while good and bad still differ", run_shrink, true);
   CLI::App* run = sub->add_subcommand("run", "diff, re-record, replay, bisect config, shrink, bundle");
   run->footer(kHelp);
   run->add_option("reference", o->dir, "Reference recording")->required();
   run->add_option("suspect", o->suspect, "Suspect recording")->required();
   run->add_option("-o,--out", o->out, "Output directory (re-recordings, bundle)");
   run->add_option("--check-with", o->check_python, "Run the bundle's repro.py with this Python to check it");
-  common(run);
+  common(run, true);
   run->callback([o, &result] { result.exit_code = run_pipeline(*o); });
   add_bisect_window_subcommand(*sub, result);  // bisect_window_command.cpp
 }

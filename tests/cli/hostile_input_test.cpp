@@ -202,6 +202,7 @@ TEST_CASE("bad command lines get usage and exit code 2") {
       {kOpguard, "replay", tmp / "good", "--event", "0", "--window", "-3"},
       {kOpguard, "replay", tmp / "good", "--event", "0", "--all"},
       {kOpguard, "bisect", "shrink", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "-5"},
+      {kOpguard, "bisect", "config", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "5"},
   };
   for (const auto& cmd : commands) {
     Result r = run(cmd, tmp.path().string());
