@@ -114,7 +114,11 @@ struct ThreadState {
   uint64_t tid = 0;
   int op_depth = 0;  // open operator ranges on this thread
   std::vector<const std::string*> scopes;  // interned full paths, innermost last
-  std::vector<Phase> phases;               // explicit phase ranges
+  struct PhaseFrame {
+    Phase phase;
+    bool optimizer_step;  // PyTorch's Optimizer.step range (may call a closure)
+  };
+  std::vector<PhaseFrame> phases;  // explicit phase ranges
   std::vector<NodeFrame> nodes;            // autograd node ranges
   std::unordered_map<std::string, bool> op_regex_cache;
   std::unordered_map<const std::string*, bool> scope_regex_cache;
@@ -1064,8 +1068,12 @@ namespace {
 
 Phase current_phase(const ThreadState& ts) {
   if (!ts.nodes.empty()) return Phase::kBackward;
-  if (!ts.phases.empty()) return ts.phases.back();
-  return at::GradMode::is_enabled() ? Phase::kForward : Phase::kOther;
+  const bool grad = at::GradMode::is_enabled();
+  // torch.optim steps run under no_grad; an op with grad mode on inside one
+  // is the forward pass of the closure the step calls (LBFGS, PyTorch
+  // Lightning's optimizer.step(closure)).
+  if (!ts.phases.empty() && !(ts.phases.back().optimizer_step && grad)) return ts.phases.back().phase;
+  return grad ? Phase::kForward : Phase::kOther;
 }
 
 const std::string* current_scope(RecorderImpl& rec, const ThreadState& ts) {
@@ -1172,7 +1180,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       if (starts_with(name, kPhaseRangePrefix)) {
         auto phase = formats::phase_from_name(name + std::strlen(kPhaseRangePrefix));
-        ts.phases.push_back(phase.value_or(Phase::kOther));
+        ts.phases.push_back({phase.value_or(Phase::kOther), false});
         return std::make_unique<Context>(Context::kPhase);
       }
       if (std::strcmp(name, kStepRangeName) == 0) {
@@ -1181,7 +1189,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         return nullptr;
       }
       if (starts_with(name, kOptimizerStepPrefix) || starts_with(name, kOptimizerZeroGradPrefix)) {
-        ts.phases.push_back(Phase::kOptimizer);
+        ts.phases.push_back({Phase::kOptimizer, starts_with(name, kOptimizerStepPrefix)});
         auto ctx = std::make_unique<Context>(Context::kOptimizer);
         // An optimizer stepped inside backward (a per-parameter optimizer in
         // a post-accumulate-grad hook) ends no step: the inferred steps do.

@@ -173,12 +173,15 @@ TEST_CASE("the Python recording gets module scopes and steps without any change 
 }
 
 TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulation, an optimizer in backward, "
-          "a compiled optimizer step") {
+          "a compiled optimizer step, a closure") {
   // Two micro-batches a step under torch.optim (the first step too, before any
   // Optimizer.step range was seen); a per-parameter optimizer stepped in a
   // post-accumulate-grad hook (ranges inside backward end no step: the
   // recorder infers the steps); a compiled Optimizer.step (dynamo drops its
-  // range: inferred too, its tracing's FakeTensor writes are no update).
+  // range: inferred too, its tracing's FakeTensor writes are no update); an
+  // Optimizer.step(closure) whose closure runs the forward and backward passes
+  // (LBFGS, Lightning): the closure's forward ops are forward, its zero_grad's
+  // ops optimizer ops.
   TempDir tmp;
   const std::string source =
       "import sys, torch\n"
@@ -197,21 +200,33 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
       "else:\n"
       "    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
       "    step = torch.compile(opt.step, backend='eager') if mode == 'compiled' else opt.step\n"
+      "if mode == 'closure':\n"
+      "    def closure():\n"
+      "        opt.zero_grad(set_to_none=False)\n"
+      "        loss = m(torch.randn(8, 16)).pow(2).mean()\n"
+      "        loss.backward()\n"
+      "        return loss\n"
+      "    step = lambda: opt.step(closure)\n"
       "for s in range(3):\n"
       "    for i in range(micro):\n"
       "        m(torch.randn(8, 16)).pow(2).mean().backward()\n"
       "    step()\n"
-      "    if mode != 'in_backward':\n"
+      "    if mode not in ('in_backward', 'closure'):\n"
       "        opt.zero_grad()\n";
   for (const auto& [mode, micro] : std::vector<std::pair<std::string, int>>{
-           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}}) {
+           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}, {"closure", 0}}) {
     INFO("mode " << mode);
     const std::string out = tmp / ("rec_" + mode);
     record_unchanged(tmp, "steps.py", source, out, {mode, std::to_string(micro)});
     std::map<int64_t, int> forward_linear;
-    for (const auto& e : events_of(out))
+    std::set<fmts::Phase> zero_phases;
+    for (const auto& e : events_of(out)) {
       if (e.op == "aten::linear" && e.phase == fmts::Phase::kForward) ++forward_linear[e.step];
-    CHECK(forward_linear == std::map<int64_t, int>{{0, 2 * micro}, {1, 2 * micro}, {2, 2 * micro}});
+      if (e.op == "aten::_foreach_zero_" || e.op == "aten::zero_") zero_phases.insert(e.phase);
+    }
+    const int linear = 2 * std::max(micro, 1);
+    CHECK(forward_linear == std::map<int64_t, int>{{0, linear}, {1, linear}, {2, linear}});
+    if (mode == "closure") CHECK(zero_phases == std::set<fmts::Phase>{fmts::Phase::kOptimizer});
   }
 }
 
