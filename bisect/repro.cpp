@@ -174,6 +174,12 @@ Generated generate_call(const json& call) {
       const std::string ds = dataset_of(datasets.at(0));
       py = fmt::format("t(\"{}\")", ds);
       cpp = fmt::format("t(\"{}\")", ds);
+    } else if (kind == "wrapped_number") {
+      // A Python number the dispatcher wrapped in a 0-dim tensor: passed as a
+      // number again (type promotion treats it as a scalar), never cast.
+      const std::string ds = dataset_of(datasets.at(0));
+      py = fmt::format("load(h5, \"{}\").item()", ds);
+      cpp = fmt::format("wrapped(load(inputs, \"{}\"))", ds);
     } else if (kind == "none") {
       py = "None";
       // A non-optional Tensor argument that is undefined travels as an undefined tensor.
@@ -272,7 +278,8 @@ Generated generate_call(const json& call) {
         .push_back(a.at("kwarg_only").get<bool>() ? fmt::format("{}={}", checked(arg_name, kIdent, "argument name"), local)
                                                   : local);
     g.summary.push_back(fmt::format("{} {} = {}", type, arg_name,
-                                    kind == "tensor" || kind == "generator" || kind.find("list") != std::string::npos
+                                    kind == "tensor" || kind == "wrapped_number" || kind == "generator" ||
+                                            kind.find("list") != std::string::npos
                                         ? (datasets.empty() ? text : "dataset " + datasets.dump())
                                         : text.empty() ? kind : text));
     ++index;
@@ -556,6 +563,9 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
       outputs_cpp = fmt::format("{}", fmt::join(q, ", "));
     }
     const std::string title = fmt::format("opguard repro bundle: {}", finding);
+    const std::string autocast = good.call.value("autocast_cpu", "");
+    if (!autocast.empty() && !dtype_from_name(autocast)) refuse("'" + autocast + "' is not a dtype");
+    manifest["autocast_cpu"] = autocast;
     std::string py = templates::kReproPy;
     py = replace_all(py, "@@TITLE@@", replace_all(title, "\"", "'"));
     py = replace_all(py, "@@OP@@", op_text);
@@ -564,6 +574,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@OUTPUTS@@", outputs_py);
     py = replace_all(py, "@@RECORDED_ENV@@", "[" + recorded_env + "]");
     py = replace_all(py, "@@ARGS@@", gen.py_args);
+    py = replace_all(py, "@@AUTOCAST@@", autocast.empty() ? "None" : quoted(autocast));
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
     py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
@@ -577,6 +588,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@OUTPUTS@@", outputs_cpp);
     cpp = replace_all(cpp, "@@RECORDED_ENV@@", recorded_env);
     cpp = replace_all(cpp, "@@ARGS@@", gen.cpp_args);
+    cpp = replace_all(cpp, "@@AUTOCAST@@", quoted(autocast));
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 
     std::string readme = fmt::format("# {}\n\n", op_text);

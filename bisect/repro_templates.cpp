@@ -22,6 +22,7 @@ are read once at start-up), and compares the outputs bit for bit.
           a knob that did not take)
 """
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,6 +34,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OP = "@@OP@@"
+# The dtype of the CPU autocast (torch.autocast) the op ran under, or None.
+AUTOCAST = @@AUTOCAST@@
 # Effective configs: knob -> value, as `opguard configs` names them.
 CONFIGS = @@CONFIGS@@
 RECORDED_ENV = @@RECORDED_ENV@@
@@ -239,7 +242,8 @@ def run_op(config, cast):
             return x.to(cast) if cast is not None and x.is_floating_point() else x
 
 @@ARGS@@
-        with torch.no_grad():
+        autocast = torch.autocast("cpu", dtype=getattr(torch, AUTOCAST)) if AUTOCAST else contextlib.nullcontext()
+        with torch.no_grad(), autocast:
             result = parallel_call([@@ARG_LIST@@], config)
             if result is None:
                 result = @@CALL@@
@@ -418,6 +422,7 @@ const char* const kReproCpp = R"TPL(// @@TITLE@@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <hdf5.h>
 #include <spawn.h>
@@ -445,6 +450,8 @@ namespace {
 
 const char* kOp = "@@OP_NAME@@";
 const char* kOverload = "@@OVERLOAD@@";
+// The dtype of the CPU autocast the op ran under ("": none).
+const char* kAutocast = @@AUTOCAST@@;
 // Effective configs: knob -> value, as `opguard configs` names them.
 const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kConfigs = {
 @@CONFIGS@@
@@ -516,6 +523,13 @@ at::ScalarType scalar_type(const std::string& name) {
   const auto it = dtype_table().find(name);
   if (it == dtype_table().end()) fail("dtype " + name + " is unknown to this reproducer");
   return it->second;
+}
+
+// A Python number as the dispatcher passes it: a 0-dim tensor that type
+// promotion treats as a scalar.
+[[maybe_unused]] at::Tensor wrapped(at::Tensor t) {
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
 }
 
 // torch's Python name ("float32"), as repro.py prints it.
@@ -781,6 +795,10 @@ std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::str
   torch::jit::Stack stack;
 @@ARGS@@
   at::NoGradGuard no_grad;
+  if (*kAutocast != '\0') {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, scalar_type(kAutocast));
+  }
   if (!run_parallel(config, stack)) op.callBoxed(stack);
   std::vector<at::Tensor> flat;
   for (const auto& v : stack) {

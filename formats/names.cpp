@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 
 namespace opguard::formats {
@@ -50,6 +51,24 @@ std::optional<Phase> phase_from_name(const std::string& name) {
 const char* value_kind_name(ValueKind k) {
   auto i = static_cast<std::size_t>(k);
   return i < kValueKindNames.size() ? kValueKindNames[i] : "unknown";
+}
+
+Autocast autocast_of(uint32_t f) {
+  Autocast a;
+  auto dtype = [](uint32_t code) {
+    if (code >= static_cast<uint32_t>(kNumDTypes)) throw FormatError("an autocast dtype code " + std::to_string(code) + " this opguard does not know");
+    return static_cast<DType>(code);
+  };
+  if (f & 1u) a.cpu = dtype((f >> 8) & 0xffu);
+  if (f & 2u) a.cuda = dtype((f >> 16) & 0xffu);
+  return a;
+}
+
+std::string autocast_text(const Autocast& a) {
+  std::string s;
+  if (a.cpu) s += "cpu=" + std::string(dtype_name(*a.cpu));
+  if (a.cuda) s += std::string(s.empty() ? "" : ",") + "cuda=" + std::string(dtype_name(*a.cuda));
+  return s;
 }
 
 std::string event_id_string(uint64_t id) {

@@ -9,6 +9,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/SequenceNumber.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
@@ -371,7 +372,12 @@ bool is_random_op(const std::string& name, const c10::FunctionSchema& schema) {
                                   "aten::feature_dropout", "aten::alpha_dropout", "aten::rand",
                                   "aten::randn",         "aten::randint",         "aten::rand_like",
                                   "aten::randn_like",    "aten::randint_like",    "aten::randperm",
-                                  "aten::rrelu",         "aten::rrelu_"};
+                                  "aten::rrelu",         "aten::rrelu_",          "aten::_fused_dropout",
+                                  "aten::feature_alpha_dropout",
+                                  // dropout_p > 0 draws from the default generator
+                                  "aten::scaled_dot_product_attention",
+                                  "aten::_scaled_dot_product_attention_math",
+                                  "aten::_scaled_dot_product_flash_attention_for_cpu"};
   for (const char* r : kRandom)
     if (name == r) return true;
   return false;
@@ -793,6 +799,9 @@ struct ValueBuilder {
                           (t.device().is_cpu() || t.device().is_cuda());
     m.dtype = dtype.value_or(DType::kUInt8);
     if (!t.device().is_cpu()) m.device = t.device().str();  // TensorMeta's default is "cpu"
+    // A Python number passed where the schema takes a tensor: type promotion
+    // treats it as a scalar, and replay must too.
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) m.flags |= formats::kTensorWrappedNumber;
     // The value's tensor stays empty: the writer fills it from the task (writer.cpp).
     if (!hashable) {
       m.flags |= formats::kTensorNotFingerprinted;
@@ -869,7 +878,7 @@ struct ValueBuilder {
         m.flags |= formats::kTensorNotFingerprinted;
         continue;
       }
-      const bool want_data = dump && m.flags == 0;
+      const bool want_data = dump && (m.flags & ~formats::kTensorWrappedNumber) == 0;
       if (want_data && !keep_data) {
         m.flags |= formats::kTensorDropped;
         rec.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -1065,6 +1074,14 @@ void settle_deferred(RecorderImpl& rec, PendingEvent& pending) {
 // --- callbacks ---------------------------------------------------------------
 
 namespace {
+
+// The autocast state this thread's op runs under (Event::flags).
+uint32_t autocast_flags() {
+  formats::Autocast a;
+  if (at::autocast::is_autocast_enabled(at::kCPU)) a.cpu = to_dtype(at::autocast::get_autocast_dtype(at::kCPU));
+  if (at::autocast::is_autocast_enabled(at::kCUDA)) a.cuda = to_dtype(at::autocast::get_autocast_dtype(at::kCUDA));
+  return formats::autocast_flags(a);
+}
 
 Phase current_phase(const ThreadState& ts) {
   if (!ts.nodes.empty()) return Phase::kBackward;
@@ -1287,6 +1304,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.id = formats::make_event_id(ev.stream, ev.seq);
   ev.thread = ts.tid;
   ev.phase = phase;
+  ev.flags = autocast_flags();
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 #include <torch/headeronly/version.h>
@@ -137,11 +138,14 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
     // what the recording saw.
     scatter_view(m, es, data->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
   }
-  if (device && shared == nullptr) storage = storage.to(*device);
+  // A wrapped Python number stays on the CPU (ops on any device take it).
+  const bool wrapped = (m.flags & formats::kTensorWrappedNumber) != 0 && ndim == 0;
+  if (device && shared == nullptr && !wrapped) storage = storage.to(*device);
   // set_ rather than as_strided: the result owns its storage and is not a view,
   // like the tensors ops such as detach_ insist on.
   at::Tensor t = at::empty({0}, storage.options());
   t.set_(storage.storage(), m.storage_offset, m.sizes, m.strides);
+  if (wrapped) t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return t;
 }
 
@@ -382,6 +386,44 @@ class SettingsScope {
   std::string precision_ = "highest";
 };
 
+// The autocast state the event was recorded under, around the call. A CPU
+// event replayed on a CUDA device (device=cuda) gets its CPU autocast there.
+class AutocastScope {
+ public:
+  AutocastScope(formats::Autocast a, const std::optional<c10::Device>& device) {
+    if (device && device->is_cuda() && !a.cuda) a.cuda = a.cpu;
+    std::vector<std::pair<at::DeviceType, std::optional<at::ScalarType>>> wanted;
+    for (const auto& [type, dtype] : {std::pair{at::kCPU, a.cpu}, std::pair{at::kCUDA, a.cuda}}) {
+      const auto st = dtype ? to_scalar_type(*dtype) : std::nullopt;
+      if (dtype && !st)
+        throw CannotReplay{CannotReason::kUnsupportedValue, "the op ran under autocast to a dtype this libtorch lacks"};
+      wanted.emplace_back(type, st);
+    }
+    for (const auto& [type, st] : wanted) {
+      saved_.push_back({type, at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)});
+      at::autocast::set_autocast_enabled(type, st.has_value());
+      if (st) at::autocast::set_autocast_dtype(type, *st);
+    }
+  }
+  ~AutocastScope() {
+    for (const auto& s : saved_) {
+      at::autocast::set_autocast_enabled(s.type, s.enabled);
+      at::autocast::set_autocast_dtype(s.type, s.dtype);
+    }
+    at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  struct Saved {
+    at::DeviceType type;
+    bool enabled;
+    at::ScalarType dtype;
+  };
+  std::vector<Saved> saved_;
+};
+
 // A replayed output copied to the CPU, layout kept (tensors and lists of them).
 c10::IValue on_cpu(const c10::IValue& iv) {
   if (iv.isTensor()) {
@@ -403,6 +445,7 @@ c10::IValue on_cpu(const c10::IValue& iv) {
 
 at::Tensor cast_input(at::Tensor t, const Settings& s) {
   if (!s.dtype || !t.defined() || !at::isFloatingType(t.scalar_type())) return t;
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;  // a Python number stays one
   return t.to(*to_scalar_type(*s.dtype));
 }
 
@@ -543,7 +586,7 @@ std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const torc
     const auto inner = unwrap_optional(args[i].real_type());
     if (iv.isTensor()) {
       const at::Tensor& t = iv.toTensor();
-      a.kind = t.defined() ? "tensor" : "none";
+      a.kind = !t.defined() ? "none" : t.unsafeGetTensorImpl()->is_wrapped_number() ? "wrapped_number" : "tensor";
       if (t.defined()) a.tensors.push_back(argument_bits(t));
     } else if (iv.isGenerator()) {
       a.kind = "generator";
@@ -735,6 +778,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     }
     if (settings.capture_call) result.call = describe_call(schema, stack, default_state);
     SettingsScope scope(settings);
+    AutocastScope autocast(formats::autocast_of(ev.flags), device);
     at::NoGradGuard no_grad;
     if (default_state) {
       auto gen = at::detail::getDefaultCPUGenerator();

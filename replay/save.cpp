@@ -38,6 +38,10 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
   call["overload"] = ev.overload;
   call["schema"] = ev.schema;
   call["config"] = config;
+  // The dtype of the CPU autocast the op ran under ("" without): the bundle's
+  // programs run on the CPU.
+  const auto autocast = formats::autocast_of(ev.flags).cpu;
+  call["autocast_cpu"] = autocast ? std::string(dtype_name(*autocast)) : std::string();
   call["environment"] = json::object();
   for (const auto& [k, v] : torch_environment()) call["environment"][k] = v;
   std::vector<formats::StoredTensor> inputs, outputs;

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -169,6 +170,52 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   INFO(bad_check.out << bad_check.err);
   CHECK(bad_check.exit_code == 4);
   CHECK(bad_check.out.find("DIFFER from expected_good.h5") != std::string::npos);
+}
+
+TEST_CASE("bundles of an op under autocast and of one with a wrapped Python number give the recorded bits, in "
+          "Python and in C++") {
+  // tests/replay/mixed_ops.py: a bf16-autocast linear split over 2 shards
+  // (tp=2), and x * 0.1 in float64 (dtype=fp64: x is cast, 0.1 stays the
+  // Python double it was). Both programs must run the op as it was recorded
+  // (--strict: the exact bits of expected_good.h5 and expected_bad.h5): the
+  // linear under autocast, the 0.1 as a number.
+  TempDir tmp;
+  const std::string rec = tmp / "mixed";
+  Result r = run({kOpguard, "record", "--out", rec, "--dump-all", "--", kPython, OPGUARD_MIXED_OPS_PY},
+                 tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Result ls = run({kOpguard, "ls", rec, "--events", "--json"}, tmp.path().string());
+  REQUIRE(ls.exit_code == 0);
+  const auto listed = nlohmann::json::parse(ls.out);
+  auto first = [&](const std::string& op) {
+    for (const auto& ev : listed["ranks"][0]["steps"][0]["events"])
+      if (ev["op"] == op) return ev["id"].get<std::string>();
+    FAIL("no " << op);
+    return std::string();
+  };
+  for (const auto& [op, bad, autocast, kind] :
+       std::vector<std::array<std::string, 4>>{{"aten::linear", "tp=2", "bfloat16", "tensor"},
+                                               {"aten::mul.Tensor", "dtype=fp64", "", "wrapped_number"}}) {
+    INFO(op);
+    const std::string name = op.substr(6, op.find('.') == std::string::npos ? std::string::npos : op.find('.') - 6);
+    const std::string bundle = tmp / (name + "-bundle");
+    Result w = run({kOpguard, "repro", rec, "--event", first(op), "--good", "threads=1", "--bad", bad, "-o", bundle},
+                   tmp.path().string());
+    INFO(w.out << w.err);
+    REQUIRE(w.exit_code == 0);
+    std::ifstream mf(fs::path(bundle) / "manifest.json");
+    const auto manifest = nlohmann::json::parse(mf);
+    CHECK(manifest["autocast_cpu"] == autocast);
+    CHECK(manifest["arguments"][1]["kind"] == kind);
+    Result py = run({kPython, fs::path(bundle) / "repro.py", "--strict"}, tmp.path().string());
+    INFO(py.out << py.err);
+    CHECK(py.exit_code == 0);
+    Result cpp = opguard::testing::build_and_run_repro(kPython, kCMake, bundle, tmp / (name + "-build"),
+                                                       tmp.path().string());
+    INFO(cpp.out << cpp.err);
+    CHECK(cpp.exit_code == 0);
+  }
 }
 
 TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {

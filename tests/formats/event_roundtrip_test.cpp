@@ -201,6 +201,46 @@ TEST_CASE("an event with every value kind and non-contiguous tensors reads back 
   CHECK(data.bytes == state);
 }
 
+TEST_CASE("an event's autocast state and a wrapped number round-trip; an unknown autocast dtype code is refused") {
+  TempDir tmp;
+  const std::string path = tmp / "step00000000.h5";
+  fmts::Autocast both{DType::kBFloat16, DType::kFloat16}, cpu{DType::kBFloat16, std::nullopt};
+  {
+    fmts::StepWriter writer(path, 0, 0);
+    fmts::Event e;
+    e.op = "aten::linear";
+    e.flags = fmts::autocast_flags(both);
+    e.inputs.push_back(tensor_value("other", DType::kFloat64, {}, {}, 0, 1));
+    e.inputs.back().tensor.flags = fmts::kTensorWrappedNumber;
+    writer.add_event(e);
+    e.id = fmts::make_event_id(0, 1);
+    e.seq = 1;
+    e.flags = fmts::autocast_flags(cpu);
+    writer.add_event(e);
+    writer.close();
+  }
+  fmts::StepReader reader(path);
+  REQUIRE(reader.events().size() == 2);
+  CHECK(fmts::autocast_of(reader.events()[0].flags) == both);
+  CHECK(fmts::autocast_text(fmts::autocast_of(reader.events()[0].flags)) == "cpu=bfloat16,cuda=float16");
+  CHECK(fmts::autocast_text(fmts::autocast_of(reader.events()[1].flags)) == "cpu=bfloat16");
+  CHECK(fmts::autocast_text(fmts::autocast_of(0)) == "");
+  CHECK(reader.events()[0].inputs[0].tensor.flags == fmts::kTensorWrappedNumber);
+  CHECK(reader.events()[0].inputs[0].tensor.has_fingerprint());
+
+  const std::string bad = tmp / "step00000001.h5";
+  {
+    fmts::StepWriter writer(bad, 0, 1);
+    fmts::Event e;
+    e.op = "aten::linear";
+    e.flags = 1u | (200u << 8);  // autocast on, dtype code 200
+    writer.add_event(e);
+    writer.close();
+  }
+  CHECK_THROWS_AS(fmts::StepReader{bad}, opguard::FormatError);
+  CHECK_THROWS_AS(fmts::autocast_of(1u | (200u << 8)), opguard::FormatError);
+}
+
 TEST_CASE("a step file with no events and no data is valid") {
   TempDir tmp;
   const std::string path = tmp / "step00000000.h5";

@@ -29,6 +29,7 @@ const std::string kOpguard = OPGUARD_BIN;
 const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
 const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 const std::string kKnobOps = OPGUARD_KNOB_OPS_PY;
+const std::string kMixedOps = OPGUARD_MIXED_OPS_PY;
 const std::string kPython = OPGUARD_PYTHON_BIN;
 
 // Only the ops knob_ops.py wants compared keep full tensors: its 16M-float
@@ -45,12 +46,14 @@ void record(const TempDir& tmp, const std::string& out, const std::vector<std::s
 // Recordings shared by several test cases, made once per test binary run.
 struct Recordings {
   TempDir tmp;
-  std::string cpp, py, knobs, knobs_default;
+  std::string cpp, py, knobs, knobs_default, mixed;
   Recordings() {
     cpp = tmp / "cpp";
     record(tmp, cpp, {"--dump-steps", "1"}, {kTinyGpt, "--steps", "2"});
     py = tmp / "py";
     record(tmp, py, {"--dump-steps", "1"}, {kPython, kTinyGptPy, "--steps", "2"});
+    mixed = tmp / "mixed";
+    record(tmp, mixed, {"--dump-all"}, {kPython, kMixedOps});
     knobs = tmp / "knobs";
     record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
     knobs_default = tmp / "knobs_default";
@@ -193,6 +196,30 @@ TEST_CASE("random ops replay from the recorded generator state, every time") {
     CHECK(replay::replay_event(recordings().knobs, results.at(op).event, options()).verdict ==
           replay::Verdict::kReproduces);
   }
+}
+
+TEST_CASE("ops under autocast, Python numbers wrapped as tensors and scaled_dot_product_attention's dropout "
+          "replay bitwise") {
+  // mixed_ops.py: without the recorded autocast state the linear returned
+  // float32 (the recording bfloat16); without the wrapped-number flag
+  // 0-dim + 1e-6 and int * 0.5 returned float64; without the generator state
+  // the attention's dropout mask differed.
+  const auto results = replay::replay_all(recordings().mixed, options());
+  std::set<std::string> ops;
+  for (const auto& r : results) {
+    INFO(r.event << " " << r.op << ": " << r.message);
+    CHECK(r.verdict == replay::Verdict::kReproduces);
+    ops.insert(r.op + (r.overload.empty() ? "" : "." + r.overload));
+  }
+  for (const char* op : {"aten::linear", "aten::scaled_dot_product_attention", "aten::add.Tensor", "aten::mul.Tensor"})
+    CHECK(ops.count(op) == 1);
+  // show names the autocast state and the wrapped number.
+  Result linear = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::linear").event},
+                      recordings().tmp.path().string());
+  CHECK(linear.out.find("autocast cpu=bfloat16") != std::string::npos);
+  Result add = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::add.Tensor").event},
+                   recordings().tmp.path().string());
+  CHECK(add.out.find("wrapped-number") != std::string::npos);
 }
 
 TEST_CASE("dtype=bf16 runs mm in bfloat16 and returns float32 that differs; dtype=fp32 on float32 inputs reproduces") {

@@ -27,7 +27,7 @@ namespace opguard::formats {
 
 // This version number is the layout of the files, not opguard's version: bump it
 // when a group, dataset, column or attribute changes meaning or disappears.
-inline constexpr int kFormatVersion = 3;
+inline constexpr int kFormatVersion = 4;
 
 enum class Phase : uint8_t { kForward = 0, kBackward = 1, kOptimizer = 2, kOther = 3 };
 const char* phase_name(Phase p);
@@ -64,6 +64,7 @@ enum TensorFlags : uint8_t {
   kTensorHasData = 1 << 1,        // full contents stored under /data (TensorMeta::data_index)
   kTensorDropped = 1 << 2,        // full contents wanted, but the queue was full under policy=drop
   kTensorNotFingerprinted = 1 << 3,  // device or layout opguard cannot hash (sparse, meta, ...)
+  kTensorWrappedNumber = 1 << 4,     // a Python number the dispatcher wrapped in a 0-dim tensor
 };
 
 struct TensorMeta {
@@ -110,10 +111,27 @@ struct Event {
   std::string node;      // autograd node ("MmBackward0") for backward events, else ""
   int64_t t_start_ns = 0;  // CLOCK_MONOTONIC, nanoseconds
   int64_t t_end_ns = 0;
-  uint32_t flags = 0;  // reserved, 0
+  uint32_t flags = 0;  // the autocast state the op ran under (autocast_flags)
   std::vector<Value> inputs;
   std::vector<Value> outputs;
 };
+
+// Event::flags: bit 0 autocast on for CPU ops, bits 8-15 its dtype code;
+// bit 1 autocast on for CUDA ops, bits 16-23 its dtype code.
+struct Autocast {
+  std::optional<DType> cpu, cuda;  // the autocast dtype where autocast is on
+  bool operator==(const Autocast& o) const { return cpu == o.cpu && cuda == o.cuda; }
+};
+inline uint32_t autocast_flags(const Autocast& a) {
+  uint32_t f = 0;
+  if (a.cpu) f |= 1u | (static_cast<uint32_t>(*a.cpu) << 8);
+  if (a.cuda) f |= 2u | (static_cast<uint32_t>(*a.cuda) << 16);
+  return f;
+}
+// Throws FormatError on a dtype code this opguard does not know.
+Autocast autocast_of(uint32_t event_flags);
+// "cpu=bfloat16", "cpu=bfloat16,cuda=float16", "" when autocast is off.
+std::string autocast_text(const Autocast& a);
 
 // Event ids: stream in the top 16 bits, the position in that stream below.
 // Events of the main thread print as plain numbers ("1234"); others as

@@ -1,0 +1,29 @@
+# A small program for tests/replay: ops whose replay needs more than their
+# tensor inputs. Under torch.autocast (bf16 on the CPU) a linear or matmul
+# receives float32 tensors and casts them inside the op, so replay must run it
+# under the same autocast; a Python number passed where the schema takes a
+# tensor is a wrapped 0-dim tensor that type promotion treats as a scalar
+# (0-dim float32 + 1e-6 stays float32; an int tensor * 0.5 is float32, not
+# float64; x * 0.1 multiplies by the double 0.1 under dtype=fp64);
+# scaled_dot_product_attention with dropout draws from the default generator
+# although it has no generator argument. tests/cli/repro_e2e_test.cpp bundles
+# the linear (tp=2) and x * 0.1 (dtype=fp64).
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+x = torch.randn(4, 8, 64)
+w = torch.randn(96, 64)
+q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    y = torch.nn.functional.linear(x, w)
+    z = torch.matmul(y, y.transpose(1, 2))
+    a = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+    # Autocast runs cross_entropy in float32: a float32 loss from bfloat16 logits.
+    p = torch.nn.functional.cross_entropy(y.reshape(-1, 96), torch.arange(32) % 96)
+tenth = x * 0.1  # bundled with dtype=fp64: 0.1 stays a double, x is cast
+norm = z.float().norm()
+scaled = norm + 1e-6
+ints = torch.arange(10)
+half = ints * 0.5
+print(y.dtype, z.dtype, a.dtype, p.dtype, scaled.dtype, half.dtype)
