@@ -143,6 +143,9 @@ const std::map<std::string, std::string> kPyMemoryFormats = {{"Contiguous", "tor
 struct Generated {
   std::string py_args, py_call, cpp_args;
   std::vector<std::string> py_locals;  // the argument locals in schema order (a0, a1, ...)
+  // Arguments the op writes and does not return, compared after the call:
+  // their Python locals, their C++ stack slots.
+  std::vector<std::string> py_written, cpp_written;
   std::vector<std::string> summary;  // one line per argument for the manifest and README
 };
 
@@ -273,6 +276,11 @@ Generated generate_call(const json& call) {
     const std::string comment = fmt::format("{} {}", type, arg_name);
     g.py_args += fmt::format("        {} = {}  # {}\n", local, py, comment);
     g.py_locals.push_back(local);
+    if (a.value("written", false)) {
+      // Written and not returned: compared after the call like an output.
+      g.py_written.push_back(local);
+      g.cpp_written.push_back(fmt::format("stack[{}]", index));
+    }
     g.cpp_args += fmt::format("  stack.emplace_back({});  // {}\n", cpp, comment);
     (a.at("kwarg_only").get<bool>() ? keyword : positional)
         .push_back(a.at("kwarg_only").get<bool>() ? fmt::format("{}={}", checked(arg_name, kIdent, "argument name"), local)
@@ -578,6 +586,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
     py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
+    py = replace_all(py, "@@WRITTEN@@", fmt::format("{}", fmt::join(gen.py_written, ", ")));
     py = replace_all(py, "@@BACKWARD@@", backward ? "True" : "False");
     std::string cpp = templates::kReproCpp;
     cpp = replace_all(cpp, "@@TITLE@@", replace_all(title, "\n", " "));
@@ -588,6 +597,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@OUTPUTS@@", outputs_cpp);
     cpp = replace_all(cpp, "@@RECORDED_ENV@@", recorded_env);
     cpp = replace_all(cpp, "@@ARGS@@", gen.cpp_args);
+    cpp = replace_all(cpp, "@@WRITTEN@@", fmt::format("{}", fmt::join(gen.cpp_written, ", ")));
     cpp = replace_all(cpp, "@@AUTOCAST@@", quoted(autocast));
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 

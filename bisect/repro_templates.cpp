@@ -247,6 +247,9 @@ def run_op(config, cast):
             result = parallel_call([@@ARG_LIST@@], config)
             if result is None:
                 result = @@CALL@@
+    # Then what the op writes and does not return, as it left it (opguard
+    # records those after the op as outputs).
+    result = [result, [@@WRITTEN@@]]
     flat = []
 
     def walk(v):
@@ -795,11 +798,15 @@ std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::str
   torch::jit::Stack stack;
 @@ARGS@@
   at::NoGradGuard no_grad;
+  // What the op writes and does not return, compared after the call like its
+  // outputs (opguard records those after the op as outputs).
+  const std::vector<c10::IValue> written = {@@WRITTEN@@};
   if (*kAutocast != '\0') {
     at::autocast::set_autocast_enabled(at::kCPU, true);
     at::autocast::set_autocast_dtype(at::kCPU, scalar_type(kAutocast));
   }
   if (!run_parallel(config, stack)) op.callBoxed(stack);
+  for (const auto& w : written) stack.push_back(w);
   std::vector<at::Tensor> flat;
   for (const auto& v : stack) {
     if (v.isTensor() && v.toTensor().defined()) flat.push_back(v.toTensor());

@@ -39,6 +39,7 @@
 #include <xxhash.h>
 
 #include "opguard/core/error.h"
+#include "opguard/core/written_arguments.h"
 #include "opguard/kernels/fingerprint.h"
 #include "opguard/record/config.h"
 #include "opguard/record/recorder.h"
@@ -138,6 +139,9 @@ struct Context : at::ObserverContext {
   // kEvent: RecordFunction is off on this thread until on_end (the ops this
   // op calls are not events, and observing them cost more than the hook).
   bool hides_nested = false;
+  // The arguments the op writes and does not return (OpInfo::
+  // arg_written_unreturned): recorded after the op as extra outputs.
+  std::vector<std::pair<const std::string*, c10::IValue>> written;
   // kEvent in forward: the autograd sequence numbers before the op ran; the
   // nodes it (or an op it calls) creates take the numbers up to on_end's.
   bool forward_nodes = false;
@@ -415,6 +419,8 @@ const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::Ope
       }
     }
     for (const auto& ret : schema.returns()) info->return_names.push_back(ret.name());
+    info->arg_written_unreturned = written_not_returned(schema);
+    for (bool w : info->arg_written_unreturned) info->writes_unreturned = info->writes_unreturned || w;
     info->random = is_random_op(info->op, schema);
   }
   const OpInfo* p = info.get();
@@ -1321,6 +1327,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     const bool named = i < op->arg_names.size();
     inputs.add_ivalue(args[i], named ? op->arg_names[i] : "", named && op->arg_written[i],
                       named ? op->arg_int_kind[i] : IntKind::kPlain);
+    if (named && op->arg_written_unreturned[i]) ctx->written.emplace_back(&op->arg_names[i], args[i]);
   }
   if (op->random) {
     bool has_generator_arg = false;
@@ -1413,6 +1420,14 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
     outputs.add_ivalue(outs[i], i < op.return_names.size() ? op.return_names[i] : "", false,
                        IntKind::kPlain);
   }
+  for (const auto& [name, iv] : ctx->written) {
+    // What the op wrote and did not return, as it left it: named like the
+    // argument, marked written.
+    const std::size_t first = ev.outputs.size();
+    outputs.add_ivalue(iv, *name, false, IntKind::kPlain);
+    for (std::size_t k = first; k < ev.outputs.size(); ++k) ev.outputs[k].mutated = true;
+  }
+  ctx->written.clear();
   wait_for_device_to_host(pending, outputs.tensors);
   outputs.settle(queue_takes(rec, outputs.dump_bytes() + pending.queued_bytes), true);
   if (pending.queued_bytes > 0) {

@@ -23,6 +23,7 @@
 
 #include "decomposed.h"
 #include "execute.h"
+#include "opguard/core/written_arguments.h"
 #include "strided.h"
 
 namespace opguard::replay::detail {
@@ -582,6 +583,7 @@ std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const torc
     a.name = args[i].name();
     a.type = args[i].real_type()->str();
     a.kwarg_only = args[i].kwarg_only();
+    a.written = written_not_returned(schema)[i];
     const c10::IValue& iv = stack[i];
     const auto inner = unwrap_optional(args[i].real_type());
     if (iv.isTensor()) {
@@ -706,6 +708,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
   }
   const auto& schema = handle->schema();
   const auto& args = schema.arguments();
+  const std::vector<bool> unreturned = written_not_returned(schema);
   try {
     torch::jit::Stack stack;
     std::optional<at::Tensor> default_state;
@@ -777,6 +780,11 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       stack.push_back(*args[arg].default_value());
     }
     if (settings.capture_call) result.call = describe_call(schema, stack, default_state);
+    // The arguments the op writes and does not return: the recorder appends
+    // them, as the op left them, to the outputs; so does the replay.
+    std::vector<c10::IValue> written;
+    for (std::size_t a = 0; a < stack.size() && a < unreturned.size(); ++a)
+      if (unreturned[a]) written.push_back(stack[a]);
     SettingsScope scope(settings);
     AutocastScope autocast(formats::autocast_of(ev.flags), device);
     at::NoGradGuard no_grad;
@@ -795,6 +803,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       result.message = ev.op + " failed when replayed: " + (nl == std::string::npos ? what : what.substr(0, nl));
       return result;
     }
+    for (auto& iv : written) stack.push_back(std::move(iv));
     if (device) {
       // Outputs come back to the CPU to be compared (the copy waits for the device).
       for (auto& iv : stack) iv = on_cpu(iv);

@@ -61,6 +61,7 @@ struct CallArg {
   std::string kind;
   std::string text;   // scalars: doubles in C99 hex, scalar types by dtype name, lists "[a,b]"
   int64_t code = 0;   // scalar_type, layout, memory_format: the enum's integer value
+  bool written = false;  // the op writes it and does not return it (core/written_arguments.h)
   std::vector<OutValue> tensors;  // the tensor, the list's elements (kNone for None), the generator state
 };
 

@@ -55,7 +55,7 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
   for (std::size_t i = 0; i < exec.call.size(); ++i) {
     const CallArg& a = exec.call[i];
     json j = {{"name", a.name}, {"type", a.type}, {"kwarg_only", a.kwarg_only}, {"kind", a.kind}, {"text", a.text},
-              {"code", a.code}};
+              {"code", a.code}, {"written", a.written}};
     j["datasets"] = json::array();
     const bool list = a.kind == "tensor_list" || a.kind == "optional_tensor_list";
     for (std::size_t k = 0; k < a.tensors.size(); ++k) {

@@ -65,6 +65,33 @@ TEST_CASE("the C++ example recorded twice under the same config: no divergence, 
   CHECK(j["events_suspect"].get<int64_t>() > 1000);
 }
 
+TEST_CASE("a divergence inside an in-place foreach op (an optimizer step's form on GPUs) is named at that op, not "
+          "at the first op that reads what it wrote") {
+  // _foreach_addcmul_ returns nothing: the recorder records the lists it
+  // writes, after the op, as its outputs. It rounds with FMA under avx2 and
+  // without under the default capability; every input comes from arange and
+  // exact arithmetic (the same bits under both). Before, the diff named the
+  // cat that reads the lists, as bits changed outside the dispatcher.
+  TempDir tmp;
+  std::ofstream(tmp / "foreach.py") << "import torch\n"
+                                       "torch.set_num_threads(1)\n"
+                                       "base = torch.arange(4099, dtype=torch.float32)\n"
+                                       "p = [base / 7 - 3 * i for i in range(3)]\n"
+                                       "g = [base / 13 + i for i in range(3)]\n"
+                                       "d = [base / 11 + 0.5 + i for i in range(3)]\n"
+                                       "torch._foreach_addcmul_(p, g, d, value=0.1)\n"
+                                       "print(torch.cat(p).sum().item())\n";
+  const std::vector<std::string> prog = {kPython, tmp / "foreach.py"};
+  record(tmp, tmp / "ref", prog, {"ATEN_CPU_CAPABILITY=default"});
+  record(tmp, tmp / "sus", prog, {"ATEN_CPU_CAPABILITY=avx2"});
+  auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3);
+  REQUIRE(j["first_divergent"].is_object());
+  const auto& f = j["first_divergent"];
+  CHECK(f["op"] == "aten::_foreach_addcmul_");
+  CHECK(f["class"] == "origin");
+  check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
+}
+
 TEST_CASE("the C++ example with 1 vs 2 threads: the first divergent operator is a reduction with equal inputs") {
   TempDir tmp;
   record(tmp, tmp / "ref", {kTinyGpt, "--steps", "3", "--threads", "2"});

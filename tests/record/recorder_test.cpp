@@ -160,6 +160,46 @@ TEST_CASE("a tensor an op overwrites in place is fingerprinted before the write"
   REQUIRE(add[0]->outputs[0].tensor.version == add[0]->inputs[0].tensor.version + 1);
 }
 
+TEST_CASE("what an op writes and does not return is recorded after it as outputs; what it returns is not repeated") {
+  // _foreach_add_ returns nothing: its outputs are the list it wrote, as it
+  // left it (named and marked like the argument). add_ returns what it writes:
+  // one output. (A divergence inside a foreach op would otherwise be seen
+  // first by the op that reads the list.)
+  std::vector<at::Tensor> xs = {at::ones({5000}), at::full({300}, 3.0f)};
+  std::vector<at::Tensor> ys = {at::ones({5000}), at::ones({300})};
+  const uint64_t before0 = fp_of(xs[0]), before1 = fp_of(xs[1]);
+  const uint64_t after0 = fp_of(at::full({5000}, 2.0f)), after1 = fp_of(at::full({300}, 4.0f));
+  at::Tensor z = at::ones({8});
+  auto r = record([&] {
+    at::_foreach_add_(xs, ys);
+    z.add_(1);
+    at::cat(xs);
+  });
+  auto foreach = find_ops(r, "aten::_foreach_add_");
+  REQUIRE(foreach.size() == 1);
+  const Event& e = *foreach[0];
+  REQUIRE(e.inputs[0].kind == opguard::formats::ValueKind::kTensorList);
+  CHECK(e.inputs[1].tensor.fingerprint == before0);
+  CHECK(e.inputs[2].tensor.fingerprint == before1);
+  REQUIRE(e.outputs.size() == 3);
+  CHECK(e.outputs[0].kind == opguard::formats::ValueKind::kTensorList);
+  CHECK(e.outputs[0].name == "self");
+  CHECK(e.outputs[0].list_len == 2);
+  for (const auto& v : e.outputs) CHECK(v.mutated);
+  CHECK(e.outputs[1].tensor.fingerprint == after0);
+  CHECK(e.outputs[2].tensor.fingerprint == after1);
+  CHECK(e.outputs[1].tensor.storage_id == e.inputs[1].tensor.storage_id);
+  CHECK(e.outputs[1].tensor.version == e.inputs[1].tensor.version + 1);
+  auto add = find_ops(r, "aten::add_");
+  REQUIRE(add.size() == 1);
+  CHECK(add[0]->outputs.size() == 1);
+  CHECK_FALSE(add[0]->outputs[0].mutated);
+  // The cat reads the lists the foreach op produced.
+  auto cat = find_ops(r, "aten::cat");
+  REQUIRE(cat.size() == 1);
+  CHECK(cat[0]->inputs[1].tensor.fingerprint == after0);
+}
+
 TEST_CASE("the output of empty and the old content its first writer overwrites are marked uninitialised") {
   auto r = record([&] {
     at::Tensor t = at::empty({16});
