@@ -1081,6 +1081,20 @@ void settle_deferred(RecorderImpl& rec, PendingEvent& pending) {
 
 namespace {
 
+// Whether an op's inputs include a parameter (a leaf tensor that requires
+// grad): the next forward pass has begun. (`loss.item()` or a metric after
+// the update, before a first mark_step(), must not start the step.)
+bool reads_parameter(c10::ArrayRef<const c10::IValue> inputs) {
+  auto parameter = [](const at::Tensor& t) { return t.defined() && t.requires_grad() && t.is_leaf(); };
+  for (const c10::IValue& iv : inputs) {
+    if (iv.isTensor() && parameter(iv.toTensor())) return true;
+    if (iv.isTensorList())
+      for (const at::Tensor& t : iv.toTensorList().vec())
+        if (parameter(t)) return true;
+  }
+  return false;
+}
+
 // The autocast state this thread's op runs under (Event::flags).
 uint32_t autocast_flags() {
   formats::Autocast a;
@@ -1301,7 +1315,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       rec.training_thread.store(known ? ts.nodes.back().forward_thread : fn.threadId(), std::memory_order_relaxed);
       rec.backward_seen.store(true, std::memory_order_relaxed);
     } else if (phase == Phase::kForward && rec.parameters_updated.load(std::memory_order_relaxed) &&
-               rec.training_thread.load(std::memory_order_relaxed) == fn.threadId()) {
+               rec.training_thread.load(std::memory_order_relaxed) == fn.threadId() && reads_parameter(fn.inputs())) {
       Recorder::step();
     }
   }

@@ -355,6 +355,34 @@ TEST_CASE("without mark_step or optimizer ranges, a step ends at the forward aft
     at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
     require_inferred_steps(record([&] { std::thread([&] { sgd_steps(w, 3, 2); }).join(); }), 3, 2);
   }
+  SUBCASE("a read of the loss after the update, then mark_step: the program's steps, none inferred before") {
+    // The inferred boundary waits for a forward op that reads a parameter;
+    // loss.item() does not, and mark_step() then takes over.
+    at::Tensor w = at::full({4, 2}, 0.5).set_requires_grad(true);
+    at::Tensor x = at::ones({3, 4});
+    auto r = record([&] {
+      for (int s = 0; s < 3; ++s) {
+        at::Tensor loss = at::mm(x, w).sum();
+        loss.backward();
+        {
+          at::NoGradGuard no_grad;
+          w.sub_(w.grad() * 0.1);
+          w.mutable_grad().zero_();
+        }
+        (void)loss.item<float>();
+        opguard::mark_step();
+      }
+    });
+    CHECK(r.layout.ranks[0].steps.size() == 3);
+    // Each step holds its update and the read of its loss.
+    std::vector<int64_t> updates, reads;
+    for (const auto& e : r.events) {
+      if (e.op == "aten::sub_") updates.push_back(e.step);
+      if (e.op == "aten::item") reads.push_back(e.step);
+    }
+    CHECK(updates == std::vector<int64_t>{0, 1, 2});
+    CHECK(reads == std::vector<int64_t>{0, 1, 2});
+  }
 }
 
 TEST_CASE("the sampling policy stores full tensors for the steps it names only") {
