@@ -56,7 +56,8 @@ const char* value_kind_name(ValueKind k) {
 Autocast autocast_of(uint32_t f) {
   Autocast a;
   auto dtype = [](uint32_t code) {
-    if (code >= static_cast<uint32_t>(kNumDTypes)) throw FormatError("an autocast dtype code " + std::to_string(code) + " this opguard does not know");
+    if (code >= static_cast<uint32_t>(kNumDTypes))
+      throw FormatError("an autocast dtype code " + std::to_string(code) + " this opguard does not know");
     return static_cast<DType>(code);
   };
   if (f & 1u) a.cpu = dtype((f >> 8) & 0xffu);

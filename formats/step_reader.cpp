@@ -226,9 +226,11 @@ void StepReader::Impl::check_events() const {
   }
   auto event = [](std::size_t i) { return "event " + std::to_string(i); };  // messages only
   for (std::size_t i = 0; i < e.size(); ++i) {
-    const uint32_t f = e.flags[i];
-    if (((f & 1u) && ((f >> 8) & 0xffu) >= kNumDTypes) || ((f & 2u) && ((f >> 16) & 0xffu) >= kNumDTypes))
-      site.fail(event(i) + " has an autocast dtype of unknown code in its flags " + std::to_string(f));
+    try {
+      autocast_of(e.flags[i]);  // its dtype codes are ones this opguard knows
+    } catch (const FormatError& err) {
+      site.fail(event(i) + " has " + err.what() + " in its flags");
+    }
     const uint64_t begin = e.value_begin[i];
     const uint64_t count = uint64_t{e.n_inputs[i]} + e.n_outputs[i];
     if (begin > m || count > m - begin) {

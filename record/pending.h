@@ -92,7 +92,6 @@ struct OpInfo {
   // Written and not returned (core/written_arguments.h): recorded again after
   // the op, as extra outputs.
   std::vector<bool> arg_written_unreturned;
-  bool writes_unreturned = false;
   // ScalarType, Layout and MemoryFormat arguments travel as int IValues.
   std::vector<IntKind> arg_int_kind;
   std::vector<std::string> return_names;

@@ -358,6 +358,9 @@ bool infers_steps(const RecorderImpl& rec) {
   return !rec.explicit_steps.load(std::memory_order_relaxed) && !rec.optimizer_ranges.load(std::memory_order_relaxed);
 }
 
+// A parameter, for the steps the recorder infers: a leaf tensor that requires grad.
+bool is_parameter(const at::Tensor& t) { return t.defined() && t.requires_grad() && t.is_leaf(); }
+
 bool is_empty_op(const std::string& name) {
   static const char* kEmpty[] = {"aten::empty",     "aten::empty_like",        "aten::empty_strided",
                                  "aten::new_empty", "aten::new_empty_strided", "aten::empty_permuted"};
@@ -420,7 +423,6 @@ const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::Ope
     }
     for (const auto& ret : schema.returns()) info->return_names.push_back(ret.name());
     info->arg_written_unreturned = written_not_returned(schema);
-    for (bool w : info->arg_written_unreturned) info->writes_unreturned = info->writes_unreturned || w;
     info->random = is_random_op(info->op, schema);
   }
   const OpInfo* p = info.get();
@@ -778,8 +780,8 @@ struct ValueBuilder {
       if (n_written < kMaxWritten) written_bases[n_written] = memory;
       ++n_written;
     }
-    if (written && infers_steps(rec) && rec.backward_seen.load(std::memory_order_relaxed) && t.requires_grad() &&
-        t.is_leaf() && t.has_storage() && t.storage().data() != nullptr) {
+    if (written && infers_steps(rec) && rec.backward_seen.load(std::memory_order_relaxed) && is_parameter(t) &&
+        t.has_storage() && t.storage().data() != nullptr) {
       // A parameter updated after a backward: an optimizer ran (the steps the
       // recorder infers). Not a FakeTensor of torch.compile's tracing: it
       // holds no bytes.
@@ -1085,12 +1087,11 @@ namespace {
 // grad): the next forward pass has begun. (`loss.item()` or a metric after
 // the update, before a first mark_step(), must not start the step.)
 bool reads_parameter(c10::ArrayRef<const c10::IValue> inputs) {
-  auto parameter = [](const at::Tensor& t) { return t.defined() && t.requires_grad() && t.is_leaf(); };
   for (const c10::IValue& iv : inputs) {
-    if (iv.isTensor() && parameter(iv.toTensor())) return true;
+    if (iv.isTensor() && is_parameter(iv.toTensor())) return true;
     if (iv.isTensorList())
       for (const at::Tensor& t : iv.toTensorList().vec())
-        if (parameter(t)) return true;
+        if (is_parameter(t)) return true;
   }
   return false;
 }

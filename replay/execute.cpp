@@ -574,7 +574,8 @@ std::string list_text(const c10::IValue& iv) {
   return one.empty() ? std::string("[]") : one.front().text;
 }
 
-std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const std::vector<bool>& unreturned,
+                                   const torch::jit::Stack& stack,
                                    const std::optional<at::Tensor>& default_state) {
   std::vector<CallArg> out;
   const auto& args = schema.arguments();
@@ -583,7 +584,7 @@ std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const torc
     a.name = args[i].name();
     a.type = args[i].real_type()->str();
     a.kwarg_only = args[i].kwarg_only();
-    a.written = written_not_returned(schema)[i];
+    a.written = i < unreturned.size() && unreturned[i];
     const c10::IValue& iv = stack[i];
     const auto inner = unwrap_optional(args[i].real_type());
     if (iv.isTensor()) {
@@ -779,7 +780,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
                            "argument '" + args[arg].name() + "' is neither recorded nor defaulted"};
       stack.push_back(*args[arg].default_value());
     }
-    if (settings.capture_call) result.call = describe_call(schema, stack, default_state);
+    if (settings.capture_call) result.call = describe_call(schema, unreturned, stack, default_state);
     // The arguments the op writes and does not return: the recorder appends
     // them, as the op left them, to the outputs; so does the replay.
     std::vector<c10::IValue> written;
