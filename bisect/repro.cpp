@@ -173,10 +173,23 @@ Generated generate_call(const json& call) {
     const std::string arg_name = a.at("name");
     const std::string local = fmt::format("a{}", index);
     std::string py, cpp;
+    // Whether each tensor required grad (call.json "grad"): the loaders set
+    // it again, as opguard's replay does.
+    auto grad_of = [&](std::size_t k) -> std::string {
+      if (!a.contains("grad")) return "";
+      const json& g = a.at("grad");
+      if (!g.is_array() || k >= g.size() || !g[k].is_string()) refuse("argument '" + arg_name + "' has a bad grad list");
+      const std::string v = g[k].get<std::string>();
+      if (v != "" && v != "leaf" && v != "computed") refuse("'" + v + "' is not a grad state");
+      return v;
+    };
+    auto tensor_expr = [&](const json& ds, std::size_t k) {
+      const std::string grad = grad_of(k);
+      return grad.empty() ? fmt::format("t(\"{}\")", dataset_of(ds))
+                          : fmt::format("t(\"{}\", \"{}\")", dataset_of(ds), grad);
+    };
     if (kind == "tensor") {
-      const std::string ds = dataset_of(datasets.at(0));
-      py = fmt::format("t(\"{}\")", ds);
-      cpp = fmt::format("t(\"{}\")", ds);
+      py = cpp = tensor_expr(datasets.at(0), 0);
     } else if (kind == "wrapped_number") {
       // A Python number the dispatcher wrapped in a 0-dim tensor: passed as a
       // number again (type promotion treats it as a scalar), never cast.
@@ -251,13 +264,13 @@ Generated generate_call(const json& call) {
       cpp = fmt::format("c10::IValue(generator(load(inputs, \"{}\")))", ds);
     } else if (kind == "tensor_list" || kind == "optional_tensor_list") {
       std::vector<std::string> py_items, cpp_items;
-      for (const json& ds : datasets) {
-        if (ds.is_null()) {
+      for (std::size_t k = 0; k < datasets.size(); ++k) {
+        if (datasets[k].is_null()) {
           py_items.push_back("None");
           cpp_items.push_back("std::nullopt");
         } else {
-          py_items.push_back(fmt::format("t(\"{}\")", dataset_of(ds)));
-          cpp_items.push_back(fmt::format("t(\"{}\")", dataset_of(ds)));
+          py_items.push_back(tensor_expr(datasets[k], k));
+          cpp_items.push_back(py_items.back());
         }
       }
       py = fmt::format("[{}]", fmt::join(py_items, ", "));
@@ -525,9 +538,11 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     manifest["finding"] = finding;
     manifest["operator"] = {{"name", br.op}, {"overload", br.overload}, {"schema", good.call.at("schema")}};
     json args = json::array();
-    for (const json& a : good.call.at("arguments"))
+    for (const json& a : good.call.at("arguments")) {
       args.push_back({{"name", a.at("name")}, {"type", a.at("type")}, {"kwarg_only", a.at("kwarg_only")},
                       {"kind", a.at("kind")}, {"value", a.at("text")}, {"datasets", a.at("datasets")}});
+      if (a.contains("grad")) args.back()["grad"] = a.at("grad");
+    }
     manifest["arguments"] = args;
     manifest["inputs"] = inputs_manifest;
     manifest["outputs"] = outputs_manifest;
@@ -574,6 +589,10 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     const std::string autocast = good.call.value("autocast_cpu", "");
     if (!autocast.empty() && !dtype_from_name(autocast)) refuse("'" + autocast + "' is not a dtype");
     manifest["autocast_cpu"] = autocast;
+    const json grad_mode_json = good.call.value("grad_mode", json(false));
+    if (!grad_mode_json.is_boolean()) refuse("grad_mode is not a bool");
+    const bool grad_mode = grad_mode_json.get<bool>();
+    manifest["grad_mode"] = grad_mode;
     std::string py = templates::kReproPy;
     py = replace_all(py, "@@TITLE@@", replace_all(title, "\"", "'"));
     py = replace_all(py, "@@OP@@", op_text);
@@ -583,6 +602,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@RECORDED_ENV@@", "[" + recorded_env + "]");
     py = replace_all(py, "@@ARGS@@", gen.py_args);
     py = replace_all(py, "@@AUTOCAST@@", autocast.empty() ? "None" : quoted(autocast));
+    py = replace_all(py, "@@GRAD_MODE@@", grad_mode ? "True" : "False");
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
     py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
@@ -599,6 +619,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@ARGS@@", gen.cpp_args);
     cpp = replace_all(cpp, "@@WRITTEN@@", fmt::format("{}", fmt::join(gen.cpp_written, ", ")));
     cpp = replace_all(cpp, "@@AUTOCAST@@", quoted(autocast));
+    cpp = replace_all(cpp, "@@GRAD_MODE@@", grad_mode ? "true" : "false");
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 
     std::string readme = fmt::format("# {}\n\n", op_text);

@@ -36,6 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OP = "@@OP@@"
 # The dtype of the CPU autocast (torch.autocast) the op ran under, or None.
 AUTOCAST = @@AUTOCAST@@
+# Whether grad mode was on when the op ran (with inputs that require grad,
+# some kernels choose their path by it).
+GRAD_MODE = @@GRAD_MODE@@
 # Effective configs: knob -> value, as `opguard configs` names them.
 CONFIGS = @@CONFIGS@@
 RECORDED_ENV = @@RECORDED_ENV@@
@@ -94,8 +97,10 @@ def apply_in_process(config):
     return cast
 
 
-def load(h5, name):
-    """A tensor dataset as the op saw it: its dtype, sizes, strides and storage offset."""
+def load(h5, name, grad=""):
+    """A tensor dataset as the op saw it: its dtype, sizes, strides and storage offset, and whether it
+    required grad: grad "leaf" (as a parameter does), "computed" (autograd computed it, so that an op
+    may write it in place under grad mode) or "" (it did not)."""
     ds = h5[name]
     dtype = getattr(torch, ds.attrs["dtype"])
     flat = torch.from_numpy(np.ascontiguousarray(ds[()]).reshape(-1).copy())
@@ -104,15 +109,21 @@ def load(h5, name):
     sizes = list(ds.shape)
     strides = [int(s) for s in ds.attrs["strides"]]
     offset = int(ds.attrs["storage_offset"])
-    if len(strides) != len(sizes):
-        return flat.reshape(sizes).clone()
+    if len(strides) != len(sizes):  # no recorded layout: row-major
+        strides, offset = [1] * len(sizes), 0
+        for d in range(len(sizes) - 2, -1, -1):
+            strides[d] = strides[d + 1] * max(sizes[d + 1], 1)
     # A zero-filled storage and the row-major elements scattered into the
     # strided view, as opguard's replay rebuilds them.
     extent = offset + (1 + sum((n - 1) * s for n, s in zip(sizes, strides)) if flat.numel() else 0)
     storage = torch.zeros(extent, dtype=dtype)
     if flat.numel():
         storage[torch.arange(extent).as_strided(sizes, strides, offset).reshape(-1)] = flat
-    return storage.as_strided(sizes, strides, offset)
+    with torch.enable_grad():
+        if grad == "computed":
+            storage = storage.requires_grad_().clone()
+        x = storage.as_strided(sizes, strides, offset)
+        return x.detach().requires_grad_() if grad == "leaf" else x
 
 
 def generator(h5, name):
@@ -237,13 +248,13 @@ def parallel_call(args, config):
 
 def run_op(config, cast):
     with h5py.File(os.path.join(HERE, "inputs.h5"), "r") as h5:
-        def t(name):
-            x = load(h5, name)
+        def t(name, grad=""):
+            x = load(h5, name, grad)
             return x.to(cast) if cast is not None and x.is_floating_point() else x
 
 @@ARGS@@
         autocast = torch.autocast("cpu", dtype=getattr(torch, AUTOCAST)) if AUTOCAST else contextlib.nullcontext()
-        with torch.no_grad(), autocast:
+        with torch.set_grad_enabled(GRAD_MODE), autocast:
             result = parallel_call([@@ARG_LIST@@], config)
             if result is None:
                 result = @@CALL@@
@@ -455,6 +466,9 @@ const char* kOp = "@@OP_NAME@@";
 const char* kOverload = "@@OVERLOAD@@";
 // The dtype of the CPU autocast the op ran under ("": none).
 const char* kAutocast = @@AUTOCAST@@;
+// Whether grad mode was on when the op ran (with inputs that require grad,
+// some kernels choose their path by it).
+const bool kGradMode = @@GRAD_MODE@@;
 // Effective configs: knob -> value, as `opguard configs` names them.
 const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kConfigs = {
 @@CONFIGS@@
@@ -544,13 +558,15 @@ std::string dtype_name(at::ScalarType type) {
 
 // A dataset as the op saw it: a zero-filled storage with the row-major
 // elements scattered into the recorded strided view (as opguard's replay
-// rebuilds it).
-at::Tensor load(const H5File& file, const std::string& name) {
+// rebuilds it), and whether it required grad: grad "leaf" (as a parameter
+// does), "computed" (autograd computed it, so that an op may write it in place
+// under grad mode) or "" (it did not).
+at::Tensor load(const H5File& file, const std::string& name, const std::string& grad = "") {
   const hid_t ds = H5Dopen2(file.id, name.c_str(), H5P_DEFAULT);
   if (ds < 0) fail("no dataset " + name);
   const auto dtype = scalar_type(string_attr(ds, "dtype"));
-  const auto strides = int_attr(ds, "strides");
-  const int64_t offset = int_attr(ds, "storage_offset").at(0);
+  auto strides = int_attr(ds, "strides");
+  int64_t offset = int_attr(ds, "storage_offset").at(0);
   const hid_t space = H5Dget_space(ds);
   const int ndim = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(static_cast<std::size_t>(ndim));
@@ -565,7 +581,11 @@ at::Tensor load(const H5File& file, const std::string& name) {
   if (numel > 0 && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, flat.data_ptr()) < 0) fail("cannot read " + name);
   H5Tclose(type);
   H5Dclose(ds);
-  if (strides.size() != sizes.size()) return flat.reshape(sizes);
+  if (strides.size() != sizes.size()) {  // no recorded layout: row-major
+    strides.assign(sizes.size(), 1);
+    for (std::size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+    offset = 0;
+  }
   int64_t extent = offset;
   if (numel > 0) {
     extent += 1;
@@ -576,7 +596,10 @@ at::Tensor load(const H5File& file, const std::string& name) {
     at::Tensor where = at::arange(extent, at::TensorOptions().dtype(at::kLong)).as_strided(sizes, strides, offset).reshape({-1});
     storage.index_put_({where}, flat);
   }
-  return storage.as_strided(sizes, strides, offset);
+  at::AutoGradMode on(true);
+  if (grad == "computed") storage = storage.requires_grad_(true).clone();
+  at::Tensor x = storage.as_strided(sizes, strides, offset);
+  return grad == "leaf" ? x.detach().requires_grad_(true) : x;
 }
 
 at::Generator generator(const at::Tensor& state) {
@@ -789,15 +812,15 @@ bool run_parallel(const std::vector<std::pair<std::string, std::string>>& config
 std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::string>>& config,
                                std::optional<at::ScalarType> cast) {
   H5File inputs("inputs.h5");
-  auto t = [&](const char* name) {
-    at::Tensor x = load(inputs, name);
+  auto t = [&](const char* name, const char* grad = "") {
+    at::Tensor x = load(inputs, name, grad);
     return cast && at::isFloatingType(x.scalar_type()) ? x.to(*cast) : x;
   };
   (void)t;
   const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(kOp, kOverload);
   torch::jit::Stack stack;
 @@ARGS@@
-  at::NoGradGuard no_grad;
+  at::AutoGradMode grad_mode(kGradMode);
   // What the op writes and does not return, compared after the call like its
   // outputs (opguard records those after the op as outputs).
   const std::vector<c10::IValue> written = {@@WRITTEN@@};

@@ -97,6 +97,7 @@ std::string flags_text(uint8_t f) {
   if (f & formats::kTensorDropped) s += " dropped";
   if (f & formats::kTensorNotFingerprinted) s += " not-fingerprinted";
   if (f & formats::kTensorWrappedNumber) s += " wrapped-number";
+  if (f & formats::kTensorRequiresGrad) s += (f & formats::kTensorNonLeaf) ? " requires-grad" : " requires-grad leaf";
   return s;
 }
 
@@ -171,12 +172,15 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["duration_ns"] = ev.t_end_ns - ev.t_start_ns;
       const std::string autocast = formats::autocast_text(formats::autocast_of(ev.flags));
       j["autocast"] = autocast;
+      const bool grad_mode = (ev.flags & formats::kEventGradMode) != 0;
+      j["grad_mode"] = grad_mode;
       j["file"] = path;
       text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
                           formats::phase_name(ev.phase), ev.op, ev.overload.empty() ? "" : "." + ev.overload);
       text += fmt::format("  schema  {}\n  scope   {}\n", ev.schema, ev.scope.empty() ? "(top)" : ev.scope);
       if (!ev.node.empty()) text += fmt::format("  node    {}\n", ev.node);
       if (!autocast.empty()) text += fmt::format("  autocast {}\n", autocast);
+      if (grad_mode) text += "  grad mode on\n";
       text += fmt::format("  thread  {} (stream {})  {:.1f} us\n", ev.thread, ev.stream,
                           (ev.t_end_ns - ev.t_start_ns) / 1000.0);
       text += "  inputs\n";

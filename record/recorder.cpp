@@ -810,6 +810,10 @@ struct ValueBuilder {
     // A Python number passed where the schema takes a tensor: type promotion
     // treats it as a scalar, and replay must too.
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) m.flags |= formats::kTensorWrappedNumber;
+    // Some kernels choose their path by requires_grad (matmul folds a 3-d
+    // operand into one mm when the other requires grad; CUDA's attention
+    // backends): replay sets it again.
+    if (t.requires_grad()) m.flags |= formats::kTensorRequiresGrad | (t.is_leaf() ? 0 : formats::kTensorNonLeaf);
     // The value's tensor stays empty: the writer fills it from the task (writer.cpp).
     if (!hashable) {
       m.flags |= formats::kTensorNotFingerprinted;
@@ -886,7 +890,7 @@ struct ValueBuilder {
         m.flags |= formats::kTensorNotFingerprinted;
         continue;
       }
-      const bool want_data = dump && (m.flags & ~formats::kTensorWrappedNumber) == 0;
+      const bool want_data = dump && (m.flags & ~formats::kTensorDescriptionFlags) == 0;
       if (want_data && !keep_data) {
         m.flags |= formats::kTensorDropped;
         rec.dropped.fetch_add(1, std::memory_order_relaxed);
@@ -1325,7 +1329,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.id = formats::make_event_id(ev.stream, ev.seq);
   ev.thread = ts.tid;
   ev.phase = phase;
-  ev.flags = autocast_flags();
+  ev.flags = autocast_flags() | (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -112,6 +112,26 @@ std::vector<std::string> list_items(const std::string& text) {
   return items;
 }
 
+// Whether a recorded tensor required grad, and how (kTensorRequiresGrad,
+// kTensorNonLeaf). Kernels choose their path by it (matmul folds a 3-d operand
+// into one mm when the other operand requires grad, whatever the grad mode;
+// convolution and CUDA's attention backends look at it under grad mode), so
+// replay sets it again. Only floating and complex tensors can require grad.
+enum class Grad { kNone, kLeaf, kNonLeaf };
+Grad grad_of(const TensorMeta& m) {
+  if (!(m.flags & formats::kTensorRequiresGrad)) return Grad::kNone;
+  const auto st = to_scalar_type(m.dtype);
+  if (!st || !(at::isFloatingType(*st) || at::isComplexType(*st))) return Grad::kNone;
+  return (m.flags & formats::kTensorNonLeaf) ? Grad::kNonLeaf : Grad::kLeaf;
+}
+
+// The same bits in a tensor autograd computed (a clone of a leaf that
+// requires grad): views of it require grad and are not leaves.
+at::Tensor computed(const at::Tensor& storage) {
+  at::AutoGradMode on(true);
+  return storage.detach().requires_grad_(true).clone();
+}
+
 // The recorded layout rebuilt: a zero-filled storage large enough for the
 // recorded sizes, strides and storage offset, the row-major bits scattered into
 // it, and a strided view on it. Zero fill makes bytes outside the view (and
@@ -142,11 +162,20 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
   // A wrapped Python number stays on the CPU (ops on any device take it).
   const bool wrapped = (m.flags & formats::kTensorWrappedNumber) != 0 && ndim == 0;
   if (device && shared == nullptr && !wrapped) storage = storage.to(*device);
+  const Grad grad = grad_of(m);
+  if (grad == Grad::kNonLeaf) {
+    // A view of a computed tensor: in place it can be written under grad
+    // mode, as the recorded op wrote it (a leaf that requires grad cannot be).
+    if (shared == nullptr) storage = computed(storage);
+    at::AutoGradMode on(true);
+    return storage.as_strided(m.sizes, m.strides, m.storage_offset);
+  }
   // set_ rather than as_strided: the result owns its storage and is not a view,
   // like the tensors ops such as detach_ insist on.
   at::Tensor t = at::empty({0}, storage.options());
   t.set_(storage.storage(), m.storage_offset, m.sizes, m.strides);
   if (wrapped) t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  if (grad == Grad::kLeaf) t.requires_grad_(true);
   return t;
 }
 
@@ -189,7 +218,10 @@ std::map<uint64_t, at::Tensor> shared_storages(const formats::Event& ev,
                            "argument '" + ev.inputs[i].name + "': the stored tensor has the wrong size"};
       scatter_view(m, es, data[i]->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
     }
-    shared.emplace(id, device ? storage.to(*device) : storage);
+    if (device) storage = storage.to(*device);
+    bool computed_member = false;
+    for (std::size_t i : members) computed_member = computed_member || grad_of(ev.inputs[i].tensor) == Grad::kNonLeaf;
+    shared.emplace(id, computed_member ? computed(storage) : storage);
   }
   return shared;
 }
@@ -574,6 +606,11 @@ std::string list_text(const c10::IValue& iv) {
   return one.empty() ? std::string("[]") : one.front().text;
 }
 
+std::string grad_text(const at::Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return "";
+  return t.is_leaf() ? "leaf" : "computed";
+}
+
 std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const std::vector<bool>& unreturned,
                                    const torch::jit::Stack& stack,
                                    const std::optional<at::Tensor>& default_state) {
@@ -590,19 +627,27 @@ std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const std:
     if (iv.isTensor()) {
       const at::Tensor& t = iv.toTensor();
       a.kind = !t.defined() ? "none" : t.unsafeGetTensorImpl()->is_wrapped_number() ? "wrapped_number" : "tensor";
-      if (t.defined()) a.tensors.push_back(argument_bits(t));
+      if (t.defined()) {
+        a.tensors.push_back(argument_bits(t));
+        a.grad.push_back(grad_text(t));
+      }
     } else if (iv.isGenerator()) {
       a.kind = "generator";
       a.tensors.push_back(argument_bits(iv.toGenerator().get_state()));
+      a.grad.emplace_back();
     } else if (iv.isTensorList()) {
       a.kind = "tensor_list";
-      for (const at::Tensor& t : iv.toTensorVector()) a.tensors.push_back(argument_bits(t));
+      for (const at::Tensor& t : iv.toTensorVector()) {
+        a.tensors.push_back(argument_bits(t));
+        a.grad.push_back(grad_text(t));
+      }
     } else if (iv.isList() && inner->cast<c10::ListType>() &&
                unwrap_optional(inner->cast<c10::ListType>()->getElementType())->kind() == c10::TypeKind::TensorType) {
       a.kind = "optional_tensor_list";
       for (const auto& e : iv.toListRef()) {
         if (e.isTensor() && e.toTensor().defined()) a.tensors.push_back(argument_bits(e.toTensor()));
         else a.tensors.emplace_back();  // kNone
+        a.grad.push_back(e.isTensor() ? grad_text(e.toTensor()) : std::string());
       }
     } else if (iv.isIntList() || iv.isDoubleList() || iv.isBoolList() || iv.isList()) {
       const auto elem = inner->cast<c10::ListType>() ? unwrap_optional(inner->cast<c10::ListType>()->getElementType())
@@ -650,6 +695,7 @@ std::vector<CallArg> describe_call(const c10::FunctionSchema& schema, const std:
     a.name = "<default_generator>";
     a.kind = "default_generator";
     a.tensors.push_back(argument_bits(*default_state));
+    a.grad.emplace_back();
     out.push_back(std::move(a));
   }
   return out;
@@ -788,7 +834,9 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       if (unreturned[a]) written.push_back(stack[a]);
     SettingsScope scope(settings);
     AutocastScope autocast(formats::autocast_of(ev.flags), device);
-    at::NoGradGuard no_grad;
+    // The grad mode the op ran under: with inputs that require grad it
+    // decides kernels too (see grad_of).
+    at::AutoGradMode grad_mode((ev.flags & formats::kEventGradMode) != 0);
     if (default_state) {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());

@@ -63,6 +63,9 @@ struct CallArg {
   int64_t code = 0;   // scalar_type, layout, memory_format: the enum's integer value
   bool written = false;  // the op writes it and does not return it (core/written_arguments.h)
   std::vector<OutValue> tensors;  // the tensor, the list's elements (kNone for None), the generator state
+  // Per element of `tensors`: "leaf" (requires grad, a leaf), "computed"
+  // (requires grad, computed by an op autograd recorded) or "".
+  std::vector<std::string> grad;
 };
 
 struct ExecResult {

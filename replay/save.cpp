@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,6 +43,7 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
   // programs run on the CPU.
   const auto autocast = formats::autocast_of(ev.flags).cpu;
   call["autocast_cpu"] = autocast ? std::string(dtype_name(*autocast)) : std::string();
+  call["grad_mode"] = (ev.flags & formats::kEventGradMode) != 0;
   call["environment"] = json::object();
   for (const auto& [k, v] : torch_environment()) call["environment"][k] = v;
   std::vector<formats::StoredTensor> inputs, outputs;
@@ -64,6 +66,8 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
                                       : "arg" + std::to_string(i);
       j["datasets"].push_back(add_input(name, a.tensors[k]));
     }
+    if (std::any_of(a.grad.begin(), a.grad.end(), [](const std::string& g) { return !g.empty(); }))
+      j["grad"] = a.grad;  // per dataset: "leaf", "computed" or ""
     call["arguments"].push_back(std::move(j));
   }
   call["outputs"] = json::array();

@@ -172,42 +172,58 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   CHECK(bad_check.out.find("DIFFER from expected_good.h5") != std::string::npos);
 }
 
-TEST_CASE("bundles of an op under autocast and of one with a wrapped Python number give the recorded bits, in "
-          "Python and in C++") {
+TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number and of a matmul of tensors that "
+          "require grad give the recorded bits, in Python and in C++") {
   // tests/replay/mixed_ops.py: a bf16-autocast linear split over 2 shards
-  // (tp=2), and x * 0.1 in float64 (dtype=fp64: x is cast, 0.1 stays the
-  // Python double it was). Both programs must run the op as it was recorded
-  // (--strict: the exact bits of expected_good.h5 and expected_bad.h5): the
-  // linear under autocast, the 0.1 as a number.
+  // (tp=2), x * 0.1 in float64 (dtype=fp64: x is cast, 0.1 stays the Python
+  // double it was), and a matmul of a parameter and a non-contiguous 3-d
+  // activation under grad mode (tp=2). The programs must run the op as it was
+  // recorded (--strict: the exact bits of expected_good.h5 and
+  // expected_bad.h5): the linear under autocast, the 0.1 as a number, the
+  // matmul's shards folded into mm as requires_grad makes them.
   TempDir tmp;
   const std::string rec = tmp / "mixed";
+  // With MKL's default code path (the suite sets MKL_CBWR=COMPATIBLE), where
+  // the matmul's small mm and bmm round differently: a bundle that ran a bmm
+  // would not give the recorded bits.
   Result r = run({kOpguard, "record", "--out", rec, "--dump-all", "--", kPython, OPGUARD_MIXED_OPS_PY},
-                 tmp.path().string());
+                 tmp.path().string(), {"MKL_CBWR"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   Result ls = run({kOpguard, "ls", rec, "--events", "--json"}, tmp.path().string());
   REQUIRE(ls.exit_code == 0);
   const auto listed = nlohmann::json::parse(ls.out);
-  auto first = [&](const std::string& op) {
+  auto nth = [&](const std::string& op, int n) {
     for (const auto& ev : listed["ranks"][0]["steps"][0]["events"])
-      if (ev["op"] == op) return ev["id"].get<std::string>();
+      if (ev["op"] == op && n-- == 0) return ev["id"].get<std::string>();
     FAIL("no " << op);
     return std::string();
   };
-  for (const auto& [op, bad, autocast, kind] :
-       std::vector<std::array<std::string, 4>>{{"aten::linear", "tp=2", "bfloat16", "tensor"},
-                                               {"aten::mul.Tensor", "dtype=fp64", "", "wrapped_number"}}) {
-    INFO(op);
-    const std::string name = op.substr(6, op.find('.') == std::string::npos ? std::string::npos : op.find('.') - 6);
+  struct Case {
+    std::string op;
+    int nth;
+    std::string bad, autocast, kind;
+    bool grad_mode;  // the script runs them all under grad mode (Python's default)
+    nlohmann::json grad;  // the manifest's grad list of argument 1, null: none
+  };
+  for (const Case& c : {Case{"aten::linear", 0, "tp=2", "bfloat16", "tensor", true, nullptr},
+                        Case{"aten::mul.Tensor", 0, "dtype=fp64", "", "wrapped_number", true, nullptr},
+                        Case{"aten::matmul", 1, "tp=2", "", "tensor", true, nlohmann::json::array({"leaf"})}}) {
+    INFO(c.op);
+    const std::string name = c.op.substr(6, c.op.find('.') == std::string::npos ? std::string::npos : c.op.find('.') - 6);
     const std::string bundle = tmp / (name + "-bundle");
-    Result w = run({kOpguard, "repro", rec, "--event", first(op), "--good", "threads=1", "--bad", bad, "-o", bundle},
+    Result w = run({kOpguard, "repro", rec, "--event", nth(c.op, c.nth), "--good", "threads=1", "--bad", c.bad, "-o",
+                    bundle},
                    tmp.path().string());
     INFO(w.out << w.err);
     REQUIRE(w.exit_code == 0);
     std::ifstream mf(fs::path(bundle) / "manifest.json");
     const auto manifest = nlohmann::json::parse(mf);
-    CHECK(manifest["autocast_cpu"] == autocast);
-    CHECK(manifest["arguments"][1]["kind"] == kind);
+    CHECK(manifest["autocast_cpu"] == c.autocast);
+    CHECK(manifest["grad_mode"] == c.grad_mode);
+    CHECK(manifest["arguments"][1]["kind"] == c.kind);
+    CHECK(manifest["arguments"][1].value("grad", nlohmann::json()) == c.grad);
+    if (!c.grad.is_null()) CHECK(manifest["arguments"][0]["grad"] == nlohmann::json::array({"computed"}));
     Result py = run({kPython, fs::path(bundle) / "repro.py", "--strict"}, tmp.path().string());
     INFO(py.out << py.err);
     CHECK(py.exit_code == 0);

@@ -200,6 +200,35 @@ TEST_CASE("what an op writes and does not return is recorded after it as outputs
   CHECK(cat[0]->inputs[1].tensor.fingerprint == after0);
 }
 
+TEST_CASE("grad mode and requires_grad are recorded: a parameter is a leaf, an activation computed") {
+  // Kernels choose their path by them (matmul folds a 3-d operand into one mm
+  // when the other requires grad), so replay needs both.
+  namespace f = opguard::formats;
+  at::Tensor w = at::randn({4, 5}).requires_grad_(true);
+  at::Tensor x = at::randn({3, 4});
+  auto r = record([&] {
+    at::Tensor h = at::mm(x, w);  // grad mode on: w a leaf that requires grad
+    at::relu(h);                  // h computed
+    at::NoGradGuard no_grad;
+    at::neg(w);
+  });
+  auto mm = find_ops(r, "aten::mm");
+  REQUIRE(mm.size() == 1);
+  CHECK((mm[0]->flags & f::kEventGradMode));
+  CHECK((mm[0]->inputs[0].tensor.flags & (f::kTensorRequiresGrad | f::kTensorNonLeaf)) == 0);
+  CHECK((mm[0]->inputs[1].tensor.flags & (f::kTensorRequiresGrad | f::kTensorNonLeaf)) == f::kTensorRequiresGrad);
+  CHECK((mm[0]->outputs[0].tensor.flags & (f::kTensorRequiresGrad | f::kTensorNonLeaf)) ==
+        (f::kTensorRequiresGrad | f::kTensorNonLeaf));
+  auto relu = find_ops(r, "aten::relu");
+  REQUIRE(relu.size() == 1);
+  CHECK((relu[0]->inputs[0].tensor.flags & f::kTensorNonLeaf));
+  auto neg = find_ops(r, "aten::neg");
+  REQUIRE(neg.size() == 1);
+  CHECK_FALSE((neg[0]->flags & f::kEventGradMode));
+  CHECK((neg[0]->inputs[0].tensor.flags & f::kTensorRequiresGrad));
+  CHECK_FALSE((neg[0]->outputs[0].tensor.flags & f::kTensorRequiresGrad));
+}
+
 TEST_CASE("the output of empty and the old content its first writer overwrites are marked uninitialised") {
   auto r = record([&] {
     at::Tensor t = at::empty({16});

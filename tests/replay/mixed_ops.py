@@ -27,3 +27,22 @@ scaled = norm + 1e-6
 ints = torch.arange(10)
 half = ints * 0.5
 print(y.dtype, z.dtype, a.dtype, p.dtype, scaled.dtype, half.dtype)
+
+# Training: kernels that choose their path by requires_grad. matmul folds a
+# 3-d operand into one mm when the other operand requires grad (whatever the
+# grad mode) and otherwise runs this non-contiguous one as a bmm, whose
+# small-matrix kernel rounds differently; an op writes a computed tensor in
+# place under grad mode (replay must not rebuild it as a leaf, which cannot
+# be written so); an update writes a parameter under no_grad.
+w3 = torch.randn(4, 5, requires_grad=True)
+x3 = torch.randn(17, 8, 4, requires_grad=True).tanh().transpose(0, 1)  # computed, not a leaf
+h3 = torch.matmul(x3, w3)
+h3 = h3 * 2
+h3.relu_()
+left = torch.matmul(w3.t(), torch.randn(8, 4, 17))
+h3.sum().backward()
+left.sum().backward()
+with torch.no_grad():
+    frozen = torch.matmul(x3, w3)
+    w3.add_(w3.grad, alpha=-0.1)
+print(h3.dtype, frozen.dtype)

@@ -65,7 +65,11 @@ enum TensorFlags : uint8_t {
   kTensorDropped = 1 << 2,        // full contents wanted, but the queue was full under policy=drop
   kTensorNotFingerprinted = 1 << 3,  // device or layout opguard cannot hash (sparse, meta, ...)
   kTensorWrappedNumber = 1 << 4,     // a Python number the dispatcher wrapped in a 0-dim tensor
+  kTensorRequiresGrad = 1 << 5,      // requires_grad: a leaf (a parameter) unless kTensorNonLeaf
+  kTensorNonLeaf = 1 << 6,           // with kTensorRequiresGrad: computed by an op autograd recorded
 };
+// The flags that describe the tensor, not the state of its bits.
+constexpr uint8_t kTensorDescriptionFlags = kTensorWrappedNumber | kTensorRequiresGrad | kTensorNonLeaf;
 
 struct TensorMeta {
   DType dtype = DType::kFloat32;
@@ -111,13 +115,15 @@ struct Event {
   std::string node;      // autograd node ("MmBackward0") for backward events, else ""
   int64_t t_start_ns = 0;  // CLOCK_MONOTONIC, nanoseconds
   int64_t t_end_ns = 0;
-  uint32_t flags = 0;  // the autocast state the op ran under (autocast_flags)
+  uint32_t flags = 0;  // the autocast state the op ran under (autocast_flags), kEventGradMode
   std::vector<Value> inputs;
   std::vector<Value> outputs;
 };
 
 // Event::flags: bit 0 autocast on for CPU ops, bits 8-15 its dtype code;
-// bit 1 autocast on for CUDA ops, bits 16-23 its dtype code.
+// bit 1 autocast on for CUDA ops, bits 16-23 its dtype code; bit 2
+// (kEventGradMode) grad mode on.
+constexpr uint32_t kEventGradMode = 1u << 2;
 struct Autocast {
   std::optional<DType> cpu, cuda;  // the autocast dtype where autocast is on
   bool operator==(const Autocast& o) const { return cpu == o.cpu && cuda == o.cuda; }
