@@ -593,6 +593,9 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     if (!grad_mode_json.is_boolean()) refuse("grad_mode is not a bool");
     const bool grad_mode = grad_mode_json.get<bool>();
     manifest["grad_mode"] = grad_mode;
+    const std::string default_dtype = good.call.value("default_dtype", "");
+    if (!default_dtype.empty() && !dtype_from_name(default_dtype)) refuse("'" + default_dtype + "' is not a dtype");
+    manifest["default_dtype"] = default_dtype;
     std::string py = templates::kReproPy;
     py = replace_all(py, "@@TITLE@@", replace_all(title, "\"", "'"));
     py = replace_all(py, "@@OP@@", op_text);
@@ -603,6 +606,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@ARGS@@", gen.py_args);
     py = replace_all(py, "@@AUTOCAST@@", autocast.empty() ? "None" : quoted(autocast));
     py = replace_all(py, "@@GRAD_MODE@@", grad_mode ? "True" : "False");
+    py = replace_all(py, "@@DEFAULT_DTYPE@@", default_dtype.empty() ? "None" : quoted(default_dtype));
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
     py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
@@ -620,6 +624,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@WRITTEN@@", fmt::format("{}", fmt::join(gen.cpp_written, ", ")));
     cpp = replace_all(cpp, "@@AUTOCAST@@", quoted(autocast));
     cpp = replace_all(cpp, "@@GRAD_MODE@@", grad_mode ? "true" : "false");
+    cpp = replace_all(cpp, "@@DEFAULT_DTYPE@@", quoted(default_dtype));
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 
     std::string readme = fmt::format("# {}\n\n", op_text);

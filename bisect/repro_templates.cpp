@@ -39,6 +39,9 @@ AUTOCAST = @@AUTOCAST@@
 # Whether grad mode was on when the op ran (with inputs that require grad,
 # some kernels choose their path by it).
 GRAD_MODE = @@GRAD_MODE@@
+# torch.get_default_dtype() when the op ran (factory ops without a dtype, an
+# int tensor * 0.5 give their results in it), or None: not recorded.
+DEFAULT_DTYPE = @@DEFAULT_DTYPE@@
 # Effective configs: knob -> value, as `opguard configs` names them.
 CONFIGS = @@CONFIGS@@
 RECORDED_ENV = @@RECORDED_ENV@@
@@ -247,6 +250,8 @@ def parallel_call(args, config):
 
 
 def run_op(config, cast):
+    if DEFAULT_DTYPE:
+        torch.set_default_dtype(getattr(torch, DEFAULT_DTYPE))
     with h5py.File(os.path.join(HERE, "inputs.h5"), "r") as h5:
         def t(name, grad=""):
             x = load(h5, name, grad)
@@ -469,6 +474,9 @@ const char* kAutocast = @@AUTOCAST@@;
 // Whether grad mode was on when the op ran (with inputs that require grad,
 // some kernels choose their path by it).
 const bool kGradMode = @@GRAD_MODE@@;
+// torch.get_default_dtype() when the op ran (factory ops without a dtype, an
+// int tensor * 0.5 give their results in it); "": not recorded.
+const char* kDefaultDtype = @@DEFAULT_DTYPE@@;
 // Effective configs: knob -> value, as `opguard configs` names them.
 const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kConfigs = {
 @@CONFIGS@@
@@ -821,6 +829,7 @@ std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::str
   torch::jit::Stack stack;
 @@ARGS@@
   at::AutoGradMode grad_mode(kGradMode);
+  if (*kDefaultDtype != '\0') c10::set_default_dtype(caffe2::TypeMeta::fromScalarType(scalar_type(kDefaultDtype)));
   // What the op writes and does not return, compared after the call like its
   // outputs (opguard records those after the op as outputs).
   const std::vector<c10::IValue> written = {@@WRITTEN@@};

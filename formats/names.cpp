@@ -65,6 +65,14 @@ Autocast autocast_of(uint32_t f) {
   return a;
 }
 
+std::optional<DType> default_dtype_of(uint32_t f) {
+  if (!(f & kEventDefaultDtype)) return std::nullopt;
+  const uint32_t code = f >> 24;
+  if (code >= static_cast<uint32_t>(kNumDTypes))
+    throw FormatError("a default dtype code " + std::to_string(code) + " this opguard does not know");
+  return static_cast<DType>(code);
+}
+
 std::string autocast_text(const Autocast& a) {
   std::string s;
   if (a.cpu) s += "cpu=" + std::string(dtype_name(*a.cpu));

@@ -228,6 +228,7 @@ void StepReader::Impl::check_events() const {
   for (std::size_t i = 0; i < e.size(); ++i) {
     try {
       autocast_of(e.flags[i]);  // its dtype codes are ones this opguard knows
+      default_dtype_of(e.flags[i]);
     } catch (const FormatError& err) {
       site.fail(event(i) + " has " + err.what() + " in its flags");
     }

@@ -1108,6 +1108,13 @@ uint32_t autocast_flags() {
   return formats::autocast_flags(a);
 }
 
+// The default dtype factory ops without a dtype, and type promotion with a
+// Python number (an int tensor * 0.5), give their results (Event::flags).
+uint32_t default_dtype_flags() {
+  const auto d = to_dtype(c10::get_default_dtype_as_scalartype());
+  return d ? formats::default_dtype_flags(*d) : 0u;
+}
+
 Phase current_phase(const ThreadState& ts) {
   if (!ts.nodes.empty()) return Phase::kBackward;
   const bool grad = at::GradMode::is_enabled();
@@ -1329,7 +1336,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.id = formats::make_event_id(ev.stream, ev.seq);
   ev.thread = ts.tid;
   ev.phase = phase;
-  ev.flags = autocast_flags() | (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
+  ev.flags = autocast_flags() | default_dtype_flags() | (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -10,6 +10,10 @@
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include <cctype>
 #include <cstring>
 #include <ctime>
@@ -75,6 +79,12 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
   info["mkldnn_enabled" + suffix] = ctx.userEnabledMkldnn() ? "1" : "0";
   info["deterministic_algorithms" + suffix] = ctx.deterministicAlgorithms() ? "1" : "0";
   info["default_dtype" + suffix] = std::string(c10::get_default_dtype().name());
+#if defined(__x86_64__) || defined(__i386__)
+  // torch.set_flush_denormal(True) sets FTZ and DAZ in the calling thread's
+  // MXCSR (libtorch keeps no flag of it): read them there.
+  constexpr unsigned kFtzDaz = 0x8040;
+  info["flush_denormal" + suffix] = (_mm_getcsr() & kFtzDaz) == kFtzDaz ? "1" : "0";
+#endif
   switch (ctx.float32MatmulPrecision()) {
     case at::Float32MatmulPrecision::HIGHEST: info["float32_matmul_precision" + suffix] = "highest"; break;
     case at::Float32MatmulPrecision::HIGH: info["float32_matmul_precision" + suffix] = "high"; break;

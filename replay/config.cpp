@@ -283,6 +283,9 @@ Config recorded_config(const std::string& recording_dir, int rank) {
   if (auto v = info("mkldnn_enabled"); !v.empty()) c.set("mkldnn", v == "1" ? "on" : "off");
   if (auto v = info("deterministic_algorithms"); !v.empty()) c.set("deterministic", v == "1" ? "on" : "off");
   if (auto v = info("float32_matmul_precision"); !v.empty()) c.set("float32_matmul_precision", v);
+  // Only when on: off is every process's state (and recordings before the key
+  // existed have none).
+  if (info("flush_denormal") == "1") c.set("flush_denormal", "on");
   for (const char* name : detail::kRecordedEnv) {
     auto it = m.env.find(name);
     if (it != m.env.end()) c.set(std::string("env:") + name, it->second);

@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/headeronly/version.h>
 
 #include <algorithm>
@@ -125,11 +126,14 @@ Grad grad_of(const TensorMeta& m) {
   return (m.flags & formats::kTensorNonLeaf) ? Grad::kNonLeaf : Grad::kLeaf;
 }
 
-// The same bits in a tensor autograd computed (a clone of a leaf that
-// requires grad): views of it require grad and are not leaves.
-at::Tensor computed(const at::Tensor& storage) {
-  at::AutoGradMode on(true);
-  return storage.detach().requires_grad_(true).clone();
+// Marks t, a tensor that requires no grad, as one autograd computed: it
+// requires grad and is not a leaf (an op may write it in place under grad
+// mode), and it stays what it was otherwise: the same memory and layout, not a
+// view (detach_ refuses views). Its grad_fn is a node that refuses to run:
+// replay never runs backward through it.
+void mark_computed(at::Tensor& t) {
+  torch::autograd::create_gradient_edge(
+      t, std::make_shared<torch::autograd::Error>("a replayed input: opguard runs no backward through it"));
 }
 
 // The recorded layout rebuilt: a zero-filled storage large enough for the
@@ -162,20 +166,16 @@ at::Tensor make_tensor(const TensorMeta& m, const formats::TensorData* data, con
   // A wrapped Python number stays on the CPU (ops on any device take it).
   const bool wrapped = (m.flags & formats::kTensorWrappedNumber) != 0 && ndim == 0;
   if (device && shared == nullptr && !wrapped) storage = storage.to(*device);
-  const Grad grad = grad_of(m);
-  if (grad == Grad::kNonLeaf) {
-    // A view of a computed tensor: in place it can be written under grad
-    // mode, as the recorded op wrote it (a leaf that requires grad cannot be).
-    if (shared == nullptr) storage = computed(storage);
-    at::AutoGradMode on(true);
-    return storage.as_strided(m.sizes, m.strides, m.storage_offset);
-  }
   // set_ rather than as_strided: the result owns its storage and is not a view,
   // like the tensors ops such as detach_ insist on.
   at::Tensor t = at::empty({0}, storage.options());
   t.set_(storage.storage(), m.storage_offset, m.sizes, m.strides);
   if (wrapped) t.unsafeGetTensorImpl()->set_wrapped_number(true);
-  if (grad == Grad::kLeaf) t.requires_grad_(true);
+  switch (grad_of(m)) {
+    case Grad::kNone: break;
+    case Grad::kLeaf: t.requires_grad_(true); break;
+    case Grad::kNonLeaf: mark_computed(t); break;
+  }
   return t;
 }
 
@@ -218,10 +218,7 @@ std::map<uint64_t, at::Tensor> shared_storages(const formats::Event& ev,
                            "argument '" + ev.inputs[i].name + "': the stored tensor has the wrong size"};
       scatter_view(m, es, data[i]->bytes.data(), static_cast<uint8_t*>(storage.data_ptr()));
     }
-    if (device) storage = storage.to(*device);
-    bool computed_member = false;
-    for (std::size_t i : members) computed_member = computed_member || grad_of(ev.inputs[i].tensor) == Grad::kNonLeaf;
-    shared.emplace(id, computed_member ? computed(storage) : storage);
+    shared.emplace(id, device ? storage.to(*device) : storage);
   }
   return shared;
 }
@@ -455,6 +452,26 @@ class AutocastScope {
     at::ScalarType dtype;
   };
   std::vector<Saved> saved_;
+};
+
+// The default dtype the op ran under (torch.set_default_dtype: factory ops
+// without a dtype, an int tensor * 0.5), where the event records one; put back
+// after the call.
+class DefaultDtypeScope {
+ public:
+  explicit DefaultDtypeScope(std::optional<DType> d) : saved_(c10::get_default_dtype()) {
+    if (!d) return;
+    const auto st = to_scalar_type(*d);
+    if (!st || !at::isFloatingType(*st))
+      throw CannotReplay{CannotReason::kUnsupportedValue, "the op ran under a default dtype this libtorch cannot set"};
+    c10::set_default_dtype(caffe2::TypeMeta::fromScalarType(*st));
+  }
+  ~DefaultDtypeScope() { c10::set_default_dtype(saved_); }
+  DefaultDtypeScope(const DefaultDtypeScope&) = delete;
+  DefaultDtypeScope& operator=(const DefaultDtypeScope&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
 };
 
 // A replayed output copied to the CPU, layout kept (tensors and lists of them).
@@ -834,6 +851,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
       if (unreturned[a]) written.push_back(stack[a]);
     SettingsScope scope(settings);
     AutocastScope autocast(formats::autocast_of(ev.flags), device);
+    DefaultDtypeScope default_dtype(formats::default_dtype_of(ev.flags));
     // The grad mode the op ran under: with inputs that require grad it
     // decides kernels too (see grad_of).
     at::AutoGradMode grad_mode((ev.flags & formats::kEventGradMode) != 0);

@@ -44,6 +44,8 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
   const auto autocast = formats::autocast_of(ev.flags).cpu;
   call["autocast_cpu"] = autocast ? std::string(dtype_name(*autocast)) : std::string();
   call["grad_mode"] = (ev.flags & formats::kEventGradMode) != 0;
+  const auto default_dtype = formats::default_dtype_of(ev.flags);
+  call["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
   call["environment"] = json::object();
   for (const auto& [k, v] : torch_environment()) call["environment"][k] = v;
   std::vector<formats::StoredTensor> inputs, outputs;

@@ -28,6 +28,7 @@ const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
 const std::string kPython = OPGUARD_PYTHON_BIN;
 const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 const std::string kCMake = OPGUARD_CMAKE_BIN;
+const std::string kDenormalOps = OPGUARD_DENORMAL_OPS_PY;
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
             const std::vector<std::string>& env = {}, const std::vector<std::string>& flags = {}) {
@@ -262,6 +263,20 @@ TEST_CASE("bisect run on the C++ example, a declared 2-way tensor-parallel proje
 TEST_CASE("bisect run on the Python example, a declared 2-way tensor-parallel projection, names tp alone") {
   TempDir tmp;
   check_tensor_parallel(tmp, {kPython, kTinyGptPy});
+}
+
+TEST_CASE("bisect run on a program that flushes denormals to zero against one that does not names flush_denormal "
+          "alone; the bundle reproduces") {
+  // denormal_ops.py: 1e-20f * 1e-20f is a denormal, or 0 after
+  // torch.set_flush_denormal(True), which no environment variable or argument
+  // shows: the manifest reads it from the main thread's MXCSR. (Before it did,
+  // both recorded configs were the same: "nothing to bisect".)
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kPython, kDenormalOps});
+  record(tmp, tmp / "sus", {kPython, kDenormalOps, "flush"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "flush_denormal", true);
+  CHECK(j["op"] == "aten::mul");
+  CHECK(j["config"]["minimal"][0]["bad"] == "on");
 }
 
 TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2, 65 or 74 with one line") {

@@ -172,15 +172,16 @@ TEST_CASE("a bundle for softmax under cpu_capability avx2 vs default builds and 
   CHECK(bad_check.out.find("DIFFER from expected_good.h5") != std::string::npos);
 }
 
-TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number and of a matmul of tensors that "
-          "require grad give the recorded bits, in Python and in C++") {
+TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number, of a matmul of tensors that "
+          "require grad and of a factory op under a float64 default dtype give the recorded bits, in Python and in C++") {
   // tests/replay/mixed_ops.py: a bf16-autocast linear split over 2 shards
   // (tp=2), x * 0.1 in float64 (dtype=fp64: x is cast, 0.1 stays the Python
   // double it was), and a matmul of a parameter and a non-contiguous 3-d
   // activation under grad mode (tp=2). The programs must run the op as it was
   // recorded (--strict: the exact bits of expected_good.h5 and
   // expected_bad.h5): the linear under autocast, the 0.1 as a number, the
-  // matmul's shards folded into mm as requires_grad makes them.
+  // matmul's shards folded into mm as requires_grad makes them, the linspace
+  // (no dtype argument) in float64, the default dtype the script set.
   TempDir tmp;
   const std::string rec = tmp / "mixed";
   // With MKL's default code path (the suite sets MKL_CBWR=COMPATIBLE), where
@@ -205,10 +206,13 @@ TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number 
     std::string bad, autocast, kind;
     bool grad_mode;  // the script runs them all under grad mode (Python's default)
     nlohmann::json grad;  // the manifest's grad list of argument 1, null: none
+    std::string default_dtype;
   };
-  for (const Case& c : {Case{"aten::linear", 0, "tp=2", "bfloat16", "tensor", true, nullptr},
-                        Case{"aten::mul.Tensor", 0, "dtype=fp64", "", "wrapped_number", true, nullptr},
-                        Case{"aten::matmul", 1, "tp=2", "", "tensor", true, nlohmann::json::array({"leaf"})}}) {
+  for (const Case& c :
+       {Case{"aten::linear", 0, "tp=2", "bfloat16", "tensor", true, nullptr, "float32"},
+        Case{"aten::mul.Tensor", 0, "dtype=fp64", "", "wrapped_number", true, nullptr, "float32"},
+        Case{"aten::matmul", 1, "tp=2", "", "tensor", true, nlohmann::json::array({"leaf"}), "float32"},
+        Case{"aten::linspace", 0, "cpu_capability=default", "", "double", true, nullptr, "float64"}}) {
     INFO(c.op);
     const std::string name = c.op.substr(6, c.op.find('.') == std::string::npos ? std::string::npos : c.op.find('.') - 6);
     const std::string bundle = tmp / (name + "-bundle");
@@ -221,6 +225,7 @@ TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number 
     const auto manifest = nlohmann::json::parse(mf);
     CHECK(manifest["autocast_cpu"] == c.autocast);
     CHECK(manifest["grad_mode"] == c.grad_mode);
+    CHECK(manifest["default_dtype"] == c.default_dtype);
     CHECK(manifest["arguments"][1]["kind"] == c.kind);
     CHECK(manifest["arguments"][1].value("grad", nlohmann::json()) == c.grad);
     if (!c.grad.is_null()) CHECK(manifest["arguments"][0]["grad"] == nlohmann::json::array({"computed"}));

@@ -201,7 +201,8 @@ TEST_CASE("an event with every value kind and non-contiguous tensors reads back 
   CHECK(data.bytes == state);
 }
 
-TEST_CASE("an event's autocast state and a wrapped number round-trip; an unknown autocast dtype code is refused") {
+TEST_CASE("an event's autocast state, grad mode and default dtype and a wrapped number round-trip; an unknown "
+          "autocast or default dtype code is refused") {
   TempDir tmp;
   const std::string path = tmp / "step00000000.h5";
   fmts::Autocast both{DType::kBFloat16, DType::kFloat16}, cpu{DType::kBFloat16, std::nullopt};
@@ -209,7 +210,7 @@ TEST_CASE("an event's autocast state and a wrapped number round-trip; an unknown
     fmts::StepWriter writer(path, 0, 0);
     fmts::Event e;
     e.op = "aten::linear";
-    e.flags = fmts::autocast_flags(both);
+    e.flags = fmts::autocast_flags(both) | fmts::kEventGradMode | fmts::default_dtype_flags(DType::kFloat64);
     e.inputs.push_back(tensor_value("other", DType::kFloat64, {}, {}, 0, 1));
     e.inputs.back().tensor.flags = fmts::kTensorWrappedNumber;
     writer.add_event(e);
@@ -225,6 +226,10 @@ TEST_CASE("an event's autocast state and a wrapped number round-trip; an unknown
   CHECK(fmts::autocast_text(fmts::autocast_of(reader.events()[0].flags)) == "cpu=bfloat16,cuda=float16");
   CHECK(fmts::autocast_text(fmts::autocast_of(reader.events()[1].flags)) == "cpu=bfloat16");
   CHECK(fmts::autocast_text(fmts::autocast_of(0)) == "");
+  CHECK((reader.events()[0].flags & fmts::kEventGradMode));
+  CHECK(fmts::default_dtype_of(reader.events()[0].flags) == std::optional<DType>(DType::kFloat64));
+  CHECK_FALSE((reader.events()[1].flags & fmts::kEventGradMode));
+  CHECK_FALSE(fmts::default_dtype_of(reader.events()[1].flags).has_value());  // not recorded
   CHECK(reader.events()[0].inputs[0].tensor.flags == fmts::kTensorWrappedNumber);
   CHECK(reader.events()[0].inputs[0].tensor.has_fingerprint());
 
@@ -239,6 +244,7 @@ TEST_CASE("an event's autocast state and a wrapped number round-trip; an unknown
   }
   CHECK_THROWS_AS(fmts::StepReader{bad}, opguard::FormatError);
   CHECK_THROWS_AS(fmts::autocast_of(1u | (200u << 8)), opguard::FormatError);
+  CHECK_THROWS_AS(fmts::default_dtype_of(fmts::kEventDefaultDtype | (200u << 24)), opguard::FormatError);
 }
 
 TEST_CASE("a step file with no events and no data is valid") {

@@ -33,12 +33,15 @@ print(y.dtype, z.dtype, a.dtype, p.dtype, scaled.dtype, half.dtype)
 # grad mode) and otherwise runs this non-contiguous one as a bmm, whose
 # small-matrix kernel rounds differently; an op writes a computed tensor in
 # place under grad mode (replay must not rebuild it as a leaf, which cannot
-# be written so); an update writes a parameter under no_grad.
+# be written so, nor as a view, which detach_ refuses); an update writes a
+# parameter under no_grad.
 w3 = torch.randn(4, 5, requires_grad=True)
 x3 = torch.randn(17, 8, 4, requires_grad=True).tanh().transpose(0, 1)  # computed, not a leaf
 h3 = torch.matmul(x3, w3)
 h3 = h3 * 2
 h3.relu_()
+cut = torch.tanh(h3)
+cut.detach_()
 left = torch.matmul(w3.t(), torch.randn(8, 4, 17))
 h3.sum().backward()
 left.sum().backward()
@@ -46,3 +49,15 @@ with torch.no_grad():
     frozen = torch.matmul(x3, w3)
     w3.add_(w3.grad, alpha=-0.1)
 print(h3.dtype, frozen.dtype)
+
+# Under torch.set_default_dtype(torch.float64) factory ops without a dtype
+# and an int tensor * 0.25 give float64: replay must run them under it.
+# tests/cli/repro_e2e_test.cpp bundles the linspace (cpu_capability=default:
+# its vectorised kernel rounds otherwise).
+torch.set_default_dtype(torch.float64)
+r64 = torch.randn(8)
+z64 = torch.zeros(3)
+q64 = torch.arange(6) * 0.25
+l64 = torch.linspace(0.1, 7.3, 10007)
+torch.set_default_dtype(torch.float32)
+print(r64.dtype, z64.dtype, q64.dtype)

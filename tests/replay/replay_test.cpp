@@ -30,6 +30,7 @@ const std::string kTinyGpt = OPGUARD_TINY_GPT_BIN;
 const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 const std::string kKnobOps = OPGUARD_KNOB_OPS_PY;
 const std::string kMixedOps = OPGUARD_MIXED_OPS_PY;
+const std::string kDenormalOps = OPGUARD_DENORMAL_OPS_PY;
 const std::string kPython = OPGUARD_PYTHON_BIN;
 
 // Only the ops knob_ops.py wants compared keep full tensors: its 16M-float
@@ -46,7 +47,7 @@ void record(const TempDir& tmp, const std::string& out, const std::vector<std::s
 // Recordings shared by several test cases, made once per test binary run.
 struct Recordings {
   TempDir tmp;
-  std::string cpp, py, knobs, knobs_default, mixed;
+  std::string cpp, py, knobs, knobs_default, mixed, flushed;
   Recordings() {
     cpp = tmp / "cpp";
     record(tmp, cpp, {"--dump-steps", "1"}, {kTinyGpt, "--steps", "2"});
@@ -57,6 +58,8 @@ struct Recordings {
     // setting) the small mm and bmm of its matmuls round alike, and a replay
     // that ran a bmm where the recorded op ran an mm would go unnoticed.
     record(tmp, mixed, {"--dump-all"}, {kPython, kMixedOps}, {"MKL_CBWR"});
+    flushed = tmp / "flushed";
+    record(tmp, flushed, {"--dump-all"}, {kPython, kDenormalOps, "flush"});
     knobs = tmp / "knobs";
     record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
     knobs_default = tmp / "knobs_default";
@@ -208,8 +211,10 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
   // 0-dim + 1e-6 and int * 0.5 returned float64; without the generator state
   // the attention's dropout mask differed; without requires_grad the matmuls
   // of a parameter and a 3-d operand ran as bmm instead of one mm (other
-  // bits), and relu_ of a computed tensor under grad mode needs it rebuilt as
-  // computed, not as a leaf.
+  // bits), and relu_ and detach_ of a computed tensor under grad mode need it
+  // rebuilt as computed, not as a leaf (relu_ fails on it) nor as a view
+  // (detach_ fails); without the default dtype randn, zeros and
+  // ints * 0.25 under torch.set_default_dtype(torch.float64) returned float32.
   const auto results = replay::replay_all(recordings().mixed, options());
   std::set<std::string> ops;
   int matmuls = 0;
@@ -220,7 +225,7 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
     matmuls += r.op == "aten::matmul" ? 1 : 0;
   }
   for (const char* op : {"aten::linear", "aten::scaled_dot_product_attention", "aten::add.Tensor", "aten::mul.Tensor",
-                         "aten::relu_", "aten::add_.Tensor"})
+                         "aten::relu_", "aten::detach_", "aten::add_.Tensor", "aten::zeros", "aten::randn"})
     CHECK(ops.count(op) == 1);
   CHECK(matmuls == 4);  // autocast's, two under grad mode, one under no_grad
   Result relu = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::relu_").event},
@@ -228,6 +233,10 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
   CHECK(relu.out.find("grad mode on") != std::string::npos);
   CHECK(relu.out.find("requires-grad") != std::string::npos);
   CHECK(relu.out.find("requires-grad leaf") == std::string::npos);
+  Result zeros = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::zeros").event},
+                     recordings().tmp.path().string());
+  CHECK(zeros.out.find("default dtype float64") != std::string::npos);
+  CHECK(relu.out.find("default dtype") == std::string::npos);  // float32 is not shown
   // show names the autocast state and the wrapped number.
   Result linear = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::linear").event},
                       recordings().tmp.path().string());
@@ -349,6 +358,20 @@ TEST_CASE("the recorded config comes from the manifest: threads, cpu capability,
         std::optional<std::string>("STRICT"));
   CHECK_FALSE(replay::recorded_config(recordings().knobs, 0).get("env:ONEDNN_DEFAULT_FPMATH_MODE").has_value());
   CHECK_THROWS_AS(replay::recorded_config(recordings().knobs, 7), opguard::UsageError);
+}
+
+TEST_CASE("a program that flushes denormals to zero is replayed with them flushed; flush_denormal=off differs") {
+  // denormal_ops.py flush: torch.set_flush_denormal(True), then 1e-20f * 1e-20f,
+  // 0 with denormals flushed and a denormal otherwise. The manifest says so
+  // (flush_denormal at the end: the program set it after the recording opened).
+  CHECK(replay::recorded_config(recordings().flushed, 0).get("flush_denormal") == std::optional<std::string>("on"));
+  CHECK_FALSE(replay::recorded_config(recordings().knobs, 0).get("flush_denormal").has_value());
+  const auto mul = by_op(replay::replay_all(recordings().flushed, options())).at("aten::mul.Tensor");
+  INFO(mul.message);
+  CHECK(mul.verdict == replay::Verdict::kReproduces);
+  CHECK(mul.config.find("flush_denormal=on") != std::string::npos);
+  const auto off = replay::replay_event(recordings().flushed, mul.event, options("flush_denormal=off"));
+  CHECK(off.verdict == replay::Verdict::kDiffers);
 }
 
 TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "

@@ -122,8 +122,15 @@ struct Event {
 
 // Event::flags: bit 0 autocast on for CPU ops, bits 8-15 its dtype code;
 // bit 1 autocast on for CUDA ops, bits 16-23 its dtype code; bit 2
-// (kEventGradMode) grad mode on.
+// (kEventGradMode) grad mode on; bit 3 (kEventDefaultDtype): bits 24-31 hold
+// the default dtype (torch.get_default_dtype()) the op ran under.
 constexpr uint32_t kEventGradMode = 1u << 2;
+constexpr uint32_t kEventDefaultDtype = 1u << 3;
+inline uint32_t default_dtype_flags(DType d) { return kEventDefaultDtype | (static_cast<uint32_t>(d) << 24); }
+// The recorded default dtype, nullopt where the event has none (recorded
+// before the flag existed). Throws FormatError on a dtype code this opguard
+// does not know.
+std::optional<DType> default_dtype_of(uint32_t event_flags);
 struct Autocast {
   std::optional<DType> cpu, cuda;  // the autocast dtype where autocast is on
   bool operator==(const Autocast& o) const { return cpu == o.cpu && cuda == o.cuda; }
