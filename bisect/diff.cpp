@@ -65,6 +65,42 @@ std::string fingerprint_text(const TensorMeta& m) {
   return "";
 }
 
+// How the two events' calls differ in the state that chooses an op's kernel
+// beside its arguments' bits (recorded in the event and tensor flags; replay
+// sets it again): "" where they agree or a recording predates the flag.
+std::string state_difference(const Event& a, const Event& b) {
+  std::vector<std::string> parts;
+  const std::string ac_a = formats::autocast_text(formats::autocast_of(a.flags));
+  const std::string ac_b = formats::autocast_text(formats::autocast_of(b.flags));
+  if (ac_a != ac_b) parts.push_back(fmt::format("autocast {} | {}", ac_a.empty() ? "off" : ac_a, ac_b.empty() ? "off" : ac_b));
+  const auto dd_a = formats::default_dtype_of(a.flags), dd_b = formats::default_dtype_of(b.flags);
+  if (dd_a && dd_b && *dd_a != *dd_b)
+    parts.push_back(fmt::format("default dtype {} | {}", dtype_name(*dd_a), dtype_name(*dd_b)));
+  // Grad mode and requires_grad only where both recordings have the flags
+  // (recorded together with the default dtype).
+  const bool grad_recorded = (a.flags & b.flags & formats::kEventDefaultDtype) != 0;
+  auto on = [](uint32_t f) { return (f & formats::kEventGradMode) ? "on" : "off"; };
+  if (grad_recorded && ((a.flags ^ b.flags) & formats::kEventGradMode))
+    parts.push_back(fmt::format("grad mode {} | {}", on(a.flags), on(b.flags)));
+  auto grad = [](uint8_t f) {
+    if (!(f & formats::kTensorRequiresGrad)) return "does not require grad";
+    return (f & formats::kTensorNonLeaf) ? "requires grad (computed)" : "requires grad (a leaf)";
+  };
+  constexpr uint8_t kGradFlags = formats::kTensorRequiresGrad | formats::kTensorNonLeaf;
+  for (std::size_t i = 0; grad_recorded && i < a.inputs.size() && i < b.inputs.size(); ++i) {
+    const Value& va = a.inputs[i];
+    const Value& vb = b.inputs[i];
+    if (va.kind != ValueKind::kTensor || vb.kind != ValueKind::kTensor) continue;
+    if (((va.tensor.flags ^ vb.tensor.flags) & kGradFlags) == 0) continue;
+    parts.push_back(fmt::format("{} {} | {}", va.name.empty() ? fmt::format("input {}", i) : va.name,
+                                grad(va.tensor.flags), grad(vb.tensor.flags)));
+  }
+  if (parts.empty()) return "";
+  std::string text = "the runs called it in other states: ";
+  for (std::size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+  return text + " (kernels choose their path by these; replay sets each run's: docs/REPLAY.md)";
+}
+
 std::string value_text(const Value& v) {
   if (formats::carries_tensor(v.kind)) return fingerprint_text(v.tensor);
   if (v.kind == ValueKind::kTensorList) return fmt::format("list of {}", v.list_len);
@@ -763,6 +799,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
   const Event ea = re.reader->event(static_cast<std::size_t>(a));
   DivergentEvent d = describe(rs, &ea, &eb, cls, &cmp, call_index);
   d.collective_equal_inputs = !ranks_mode_ && cls == EventClass::kOrigin && collective(op);
+  d.state_note = state_difference(ea, eb);
   if (cls == EventClass::kEntered) {
     const Value& in = eb.inputs[source_input];
     d.entered_input = in.name.empty() ? fmt::format("input {}", source_input) : in.name;

@@ -92,6 +92,7 @@ json event_json(const DivergentEvent& d) {
   j["evidence"] = evidence;
   j["evidence_note"] = d.evidence_note;
   if (!d.cause_note.empty()) j["cause_note"] = d.cause_note;
+  if (!d.state_note.empty()) j["state_note"] = d.state_note;
   j["rerecord_command"] = d.rerecord_command;
   return j;
 }
@@ -157,6 +158,7 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
   if (d.cls == EventClass::kOriginArgs)
     t += fmt::format("    tensor inputs bitwise equal; an argument differs; outputs {}\n",
                      d.outputs_differ ? "differ" : "equal");
+  if (!d.state_note.empty()) t += "    " + d.state_note + "\n";
   for (const auto& v : d.differing)
     t += fmt::format("    {} {}: {} | {}\n", value_label(v.output, v.position, v.name), v.kind, v.reference, v.suspect);
   if (d.cls == EventClass::kEntered) {

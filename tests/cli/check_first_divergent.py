@@ -42,7 +42,9 @@ def load(rec, rank):
             def value(i):
                 # tensors (1) and generator states (14) by flags and fingerprint; the rest by text
                 if kind[i] in (1, 14):
-                    return ("t", int(flags[i]) & ~0x6, int(fp[i]))  # ignore has-data/dropped bits
+                    # the bits' state only: uninitialised (1), not fingerprinted (8); not
+                    # has-data/dropped (2, 4) nor what describes the tensor (16, 32, 64)
+                    return ("t", int(flags[i]) & 0x9, int(fp[i]))
                 return ("v", int(kind[i]), string(text[i]))
 
             for k in range(len(ids)):

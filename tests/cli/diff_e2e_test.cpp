@@ -92,6 +92,31 @@ TEST_CASE("a divergence inside an in-place foreach op (an optimizer step's form 
   check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
 }
 
+TEST_CASE("a parameter frozen in one run: the matmul that reads it is the origin, and the diff says the runs called "
+          "it with other requires_grad") {
+  // matmul folds its 3-d operand into one mm when the other operand requires
+  // grad and runs this transposed one as a bmm otherwise: the same bits in,
+  // other bits out (with MKL's default path; MKL_CBWR=COMPATIBLE rounds both
+  // alike). Nothing in the configs differs: the event and tensor flags do.
+  TempDir tmp;
+  std::ofstream(tmp / "frozen.py") << "import sys\n"
+                                      "import torch\n"
+                                      "torch.manual_seed(0)\n"
+                                      "torch.set_num_threads(1)\n"
+                                      "w = torch.randn(4, 5, requires_grad=sys.argv[1] == 'train')\n"
+                                      "x = torch.randn(17, 8, 4).transpose(0, 1)\n"
+                                      "print(float(torch.matmul(x, w).sum()))\n";
+  record(tmp, tmp / "ref", {kPython, tmp / "frozen.py", "train"}, {"MKL_CBWR"});
+  record(tmp, tmp / "sus", {kPython, tmp / "frozen.py", "frozen"}, {"MKL_CBWR"});
+  auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3);
+  REQUIRE(j["first_divergent"].is_object());
+  const auto& f = j["first_divergent"];
+  CHECK(f["op"] == "aten::matmul");
+  CHECK(f["class"] == "origin");
+  CHECK(f.value("state_note", "").find("other requires grad (a leaf) | does not require grad") != std::string::npos);
+  check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
+}
+
 TEST_CASE("the C++ example with 1 vs 2 threads: the first divergent operator is a reduction with equal inputs") {
   TempDir tmp;
   record(tmp, tmp / "ref", {kTinyGpt, "--steps", "3", "--threads", "2"});

@@ -98,6 +98,9 @@ struct DivergentEvent {
   // diverged first, says so in `cause_note`.
   bool collective_equal_inputs = false;
   std::string cause_note;
+  // The two runs called the op in other states that decide its kernel (grad
+  // mode, autocast, default dtype, inputs requiring grad): "" where they agree.
+  std::string state_note;
   bool outputs_differ = false;
   std::vector<DifferingValue> differing;
   // propagated: the event of the suspect that produced the differing bits.
