@@ -70,9 +70,17 @@ int run_ls(const Options& o) {
     jr["env"] = manifest.env;
     jr["info"].erase("torch_config");
     text += fmt::format("rank {}: program {} argv {}\n", rank.rank, info("program"), info("argv"));
-    text += fmt::format("  torch {}  threads {}  cpu_capability {}  mkldnn {}  deterministic {}  default_dtype {}\n",
-                        info("torch_version"), info("threads"), info("cpu_capability"), info("mkldnn_enabled"),
-                        info("deterministic_algorithms"), info("default_dtype"));
+    // The knobs the steps ran under: their values at a clean end where the
+    // manifest has them (a program may set them after the recording opened),
+    // as replay's recorded config takes them.
+    auto knob = [&](const std::string& key) {
+      auto it = manifest.info.find(key + "_at_end");
+      return it != manifest.info.end() ? it->second : info(key.c_str());
+    };
+    text += fmt::format("  torch {}  threads {}  cpu_capability {}  mkldnn {}  deterministic {}  default_dtype {}{}\n",
+                        info("torch_version"), knob("threads"), info("cpu_capability"), knob("mkldnn_enabled"),
+                        knob("deterministic_algorithms"), knob("default_dtype"),
+                        knob("flush_denormal") == "1" ? "  flush_denormal on" : "");
     const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
     const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
     std::string taken = taken_at.empty() ? "" : "  fingerprints " + taken_at;

@@ -372,6 +372,11 @@ TEST_CASE("a program that flushes denormals to zero is replayed with them flushe
   CHECK(mul.config.find("flush_denormal=on") != std::string::npos);
   const auto off = replay::replay_event(recordings().flushed, mul.event, options("flush_denormal=off"));
   CHECK(off.verdict == replay::Verdict::kDiffers);
+  // ls shows it (the value at the end: the program set it after the recording opened).
+  Result ls = run({kOpguard, "ls", recordings().flushed}, recordings().tmp.path().string());
+  CHECK(ls.out.find("flush_denormal on") != std::string::npos);
+  Result ls_mixed = run({kOpguard, "ls", recordings().mixed}, recordings().tmp.path().string());
+  CHECK(ls_mixed.out.find("flush_denormal") == std::string::npos);
 }
 
 TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "
