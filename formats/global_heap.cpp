@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -98,13 +99,15 @@ GlobalHeaps::GlobalHeaps(const h5::Site& site, hid_t file, uint64_t file_size) :
          p = std::search(p + 1, last, kSignature, kSignature + sizeof(kSignature))) {
       const uint64_t address = begin + static_cast<uint64_t>(p - first);
       if (collections_.count(address) > 0) continue;
+      // The signature inside a string of a collection checked before is that
+      // string's content. Anywhere else (a collection's header or free space
+      // included) it may be a collection a string points to, and HDF5 loops
+      // forever on some malformed ones (a free-space entry of size 0): it is
+      // checked. Skipping whole collections instead let a forged collection
+      // hide a malformed real one inside its free space (a fuzzer's input).
+      const auto inside = object_data_.upper_bound(address);
+      if (inside != object_data_.begin() && address < std::prev(inside)->second) continue;
       parse_collection(site, fd.get(), address);
-      // Strings inside this collection are not collections. A header cut
-      // short by the gap's end (the collection runs past it, parse_collection
-      // read it from the file) covers the rest of the gap.
-      const auto left = static_cast<uint64_t>(last - p);
-      const uint64_t skip = left >= kCollectionHeader ? std::min<uint64_t>(le(p + 8, 8), left) : left;
-      p += skip - 1;
     }
   };
   for (const auto& [begin, end] : extents.ranges) {
@@ -139,6 +142,7 @@ void GlobalHeaps::parse_collection(const h5::Site& site, int fd, uint64_t addres
       need = kObjectHeader + ((object_size + 7) & ~uint64_t{7});
       if (need > size - p) site.fail(where + " has an object larger than the heap");
       if (!objects.emplace(index, object_size).second) site.fail(where + " has object " + std::to_string(index) + " twice");
+      if (object_size > 0) object_data_.emplace(address + p + kObjectHeader, address + p + kObjectHeader + object_size);
     }
     p += need;
   }

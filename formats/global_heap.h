@@ -31,6 +31,8 @@ class GlobalHeaps {
   uint64_t base_ = 0;  // the user block: heap addresses are relative to it
   // Absolute address of a collection -> object index -> object size.
   std::map<uint64_t, std::unordered_map<uint32_t, uint64_t>> collections_;
+  // [begin, end) of the objects (strings) of the collections checked: begin -> end.
+  std::map<uint64_t, uint64_t> object_data_;
 };
 
 }  // namespace opguard::formats
