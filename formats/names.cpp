@@ -53,24 +53,23 @@ const char* value_kind_name(ValueKind k) {
   return i < kValueKindNames.size() ? kValueKindNames[i] : "unknown";
 }
 
+// A dtype code of the event flags; `what` names it in the error.
+static DType flag_dtype(uint32_t code, const char* what) {
+  if (code >= static_cast<uint32_t>(kNumDTypes))
+    throw FormatError(std::string(what) + " code " + std::to_string(code) + " this opguard does not know");
+  return static_cast<DType>(code);
+}
+
 Autocast autocast_of(uint32_t f) {
   Autocast a;
-  auto dtype = [](uint32_t code) {
-    if (code >= static_cast<uint32_t>(kNumDTypes))
-      throw FormatError("an autocast dtype code " + std::to_string(code) + " this opguard does not know");
-    return static_cast<DType>(code);
-  };
-  if (f & 1u) a.cpu = dtype((f >> 8) & 0xffu);
-  if (f & 2u) a.cuda = dtype((f >> 16) & 0xffu);
+  if (f & 1u) a.cpu = flag_dtype((f >> 8) & 0xffu, "an autocast dtype");
+  if (f & 2u) a.cuda = flag_dtype((f >> 16) & 0xffu, "an autocast dtype");
   return a;
 }
 
 std::optional<DType> default_dtype_of(uint32_t f) {
   if (!(f & kEventDefaultDtype)) return std::nullopt;
-  const uint32_t code = f >> 24;
-  if (code >= static_cast<uint32_t>(kNumDTypes))
-    throw FormatError("a default dtype code " + std::to_string(code) + " this opguard does not know");
-  return static_cast<DType>(code);
+  return flag_dtype(f >> 24, "a default dtype");
 }
 
 std::string autocast_text(const Autocast& a) {
