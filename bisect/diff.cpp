@@ -76,6 +76,11 @@ std::string state_difference(const Event& a, const Event& b) {
   const auto dd_a = formats::default_dtype_of(a.flags), dd_b = formats::default_dtype_of(b.flags);
   if (dd_a && dd_b && *dd_a != *dd_b)
     parts.push_back(fmt::format("default dtype {} | {}", dtype_name(*dd_a), dtype_name(*dd_b)));
+  // Recordings before the attention backends were recorded hold 0 (all on):
+  // only a recording that has them can differ.
+  const auto sdp_a = formats::sdp_backends_of(a.flags), sdp_b = formats::sdp_backends_of(b.flags);
+  if (sdp_a != sdp_b)
+    parts.push_back(fmt::format("attention backends {} | {}", formats::sdp_text(sdp_a), formats::sdp_text(sdp_b)));
   // Grad mode and requires_grad only where both recordings have the flags
   // (recorded together with the default dtype).
   const bool grad_recorded = (a.flags & b.flags & formats::kEventDefaultDtype) != 0;

@@ -169,8 +169,19 @@ RunResult bisect_run(const RunOptions& o) {
   t0 = Clock::now();
   // Declared knobs (a parallel decomposition the program applies itself)
   // take part like recorded ones.
-  const replay::Config good = replay::recorded_config(ref, o.rank).overlaid(replay::declared_config(ref, o.rank));
-  const replay::Config bad = replay::recorded_config(sus, o.rank).overlaid(replay::declared_config(sus, o.rank));
+  replay::Config good = replay::recorded_config(ref, o.rank).overlaid(replay::declared_config(ref, o.rank));
+  replay::Config bad = replay::recorded_config(sus, o.rank).overlaid(replay::declared_config(sus, o.rank));
+  if (!fd.region) {
+    // The attention backends are recorded per op, not per run: a trial that
+    // leaves them unset runs the replayed op with the reference's. Where the
+    // runs had other ones, both configs name theirs.
+    const auto sdp_good = formats::sdp_backends_of(detail::load_event(ref, o.rank, result.event).flags);
+    const auto sdp_bad = formats::sdp_backends_of(detail::load_event(sus, o.rank, sus_event).flags);
+    if (sdp_good != sdp_bad) {
+      good.set("sdpa_backend", formats::sdp_text(sdp_good));
+      bad.set("sdpa_backend", formats::sdp_text(sdp_bad));
+    }
+  }
   say(fmt::format("replaying event {} under the reference's config ({}) and the suspect's ({})", result.event,
                   good.to_string(), bad.to_string()));
   TrialTarget target{ref, result.event, o.rank, o.self_exe, {}};

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 
+#include "opguard/formats/recording.h"
 #include "opguard/formats/tensor_file.h"
 #include "repro_templates.h"
 
@@ -46,7 +47,8 @@ constexpr const char* kTrialsDir = ".trials";  // inside out_dir while the trial
 // Knobs the standalone programs can set (repro.py, repro.cpp: apply_in_process, env_of).
 const std::set<std::string> kReproKnobs = {"device",        "threads",        "cpu_capability", "mkldnn",
                                            "deterministic", "dtype",          "flush_denormal", "float32_matmul_precision",
-                                           "blas_threads",  "tp",             "microbatches",   "reduce"};
+                                           "blas_threads",  "tp",             "microbatches",   "reduce",
+                                           "sdpa_backend"};
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -280,7 +282,8 @@ Generated generate_call(const json& call) {
     } else if (kind == "default_generator") {
       const std::string ds = dataset_of(datasets.at(0));
       py_pre += fmt::format("        torch.default_generator.set_state(load(h5, \"{}\").contiguous())\n", ds);
-      cpp_pre += fmt::format("  at::detail::getDefaultCPUGenerator().set_state(load(inputs, \"{}\").contiguous());\n", ds);
+      // getDefaultCPUGenerator() is a const reference; a copy shares its state.
+      cpp_pre += fmt::format("  at::Generator(at::detail::getDefaultCPUGenerator()).set_state(load(inputs, \"{}\").contiguous());\n", ds);
       g.summary.push_back("the default CPU generator's state: dataset " + ds);
       continue;
     } else {
@@ -596,6 +599,9 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     const std::string default_dtype = good.call.value("default_dtype", "");
     if (!default_dtype.empty() && !dtype_from_name(default_dtype)) refuse("'" + default_dtype + "' is not a dtype");
     manifest["default_dtype"] = default_dtype;
+    const std::string sdpa = good.call.value("sdpa_backend", "all");
+    if (!formats::parse_sdp(sdpa)) refuse("'" + sdpa + "' is not a set of attention backends");
+    manifest["sdpa_backend"] = sdpa;
     std::string py = templates::kReproPy;
     py = replace_all(py, "@@TITLE@@", replace_all(title, "\"", "'"));
     py = replace_all(py, "@@OP@@", op_text);
@@ -607,6 +613,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     py = replace_all(py, "@@AUTOCAST@@", autocast.empty() ? "None" : quoted(autocast));
     py = replace_all(py, "@@GRAD_MODE@@", grad_mode ? "True" : "False");
     py = replace_all(py, "@@DEFAULT_DTYPE@@", default_dtype.empty() ? "None" : quoted(default_dtype));
+    py = replace_all(py, "@@SDPA_BACKEND@@", quoted(sdpa));
     py = replace_all(py, "@@CALL@@", gen.py_call);
     const bool backward = good.result.phase == "backward";
     py = replace_all(py, "@@ARG_LIST@@", fmt::format("{}", fmt::join(gen.py_locals, ", ")));
@@ -625,6 +632,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     cpp = replace_all(cpp, "@@AUTOCAST@@", quoted(autocast));
     cpp = replace_all(cpp, "@@GRAD_MODE@@", grad_mode ? "true" : "false");
     cpp = replace_all(cpp, "@@DEFAULT_DTYPE@@", quoted(default_dtype));
+    cpp = replace_all(cpp, "@@SDPA_BACKEND@@", quoted(sdpa));
     cpp = replace_all(cpp, "@@BACKWARD@@", backward ? "true" : "false");
 
     std::string readme = fmt::format("# {}\n\n", op_text);

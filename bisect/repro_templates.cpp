@@ -42,6 +42,9 @@ GRAD_MODE = @@GRAD_MODE@@
 # torch.get_default_dtype() when the op ran (factory ops without a dtype, an
 # int tensor * 0.5 give their results in it), or None: not recorded.
 DEFAULT_DTYPE = @@DEFAULT_DTYPE@@
+# The scaled_dot_product_attention backends enabled when the op ran ("all",
+# "math", "math+flash", ...); a config's sdpa_backend replaces them.
+SDPA_BACKEND = @@SDPA_BACKEND@@
 # Effective configs: knob -> value, as `opguard configs` names them.
 CONFIGS = @@CONFIGS@@
 RECORDED_ENV = @@RECORDED_ENV@@
@@ -95,6 +98,8 @@ def apply_in_process(config):
             pass  # the parent set the environment
         elif knob in ("tp", "microbatches", "reduce"):
             pass  # run_op decomposes the call (parallel_call)
+        elif knob == "sdpa_backend":
+            pass  # run_op enables the backends
         else:
             fail("knob %s is not one this reproducer can set" % knob)
     return cast
@@ -249,7 +254,17 @@ def parallel_call(args, config):
     return finish(reduce_partials(partials, config.get("reduce", "sequential" if batch else "ring")))
 
 
+def set_sdpa_backends(text):
+    """Enables the scaled_dot_product_attention backends `text` names ("all", "none", "math+flash"), no other."""
+    on = {"math", "flash", "efficient", "cudnn"} if text == "all" else set(text.split("+"))
+    torch.backends.cuda.enable_math_sdp("math" in on)
+    torch.backends.cuda.enable_flash_sdp("flash" in on)
+    torch.backends.cuda.enable_mem_efficient_sdp("efficient" in on)
+    torch.backends.cuda.enable_cudnn_sdp("cudnn" in on)
+
+
 def run_op(config, cast):
+    set_sdpa_backends(config.get("sdpa_backend", SDPA_BACKEND))
     if DEFAULT_DTYPE:
         torch.set_default_dtype(getattr(torch, DEFAULT_DTYPE))
     with h5py.File(os.path.join(HERE, "inputs.h5"), "r") as h5:
@@ -477,6 +492,9 @@ const bool kGradMode = @@GRAD_MODE@@;
 // torch.get_default_dtype() when the op ran (factory ops without a dtype, an
 // int tensor * 0.5 give their results in it); "": not recorded.
 const char* kDefaultDtype = @@DEFAULT_DTYPE@@;
+// The scaled_dot_product_attention backends enabled when the op ran ("all",
+// "math", "math+flash", ...); a config's sdpa_backend replaces them.
+const char* kSdpaBackend = @@SDPA_BACKEND@@;
 // Effective configs: knob -> value, as `opguard configs` names them.
 const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kConfigs = {
 @@CONFIGS@@
@@ -655,6 +673,8 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
       // the parent set the environment
     } else if (knob == "tp" || knob == "microbatches" || knob == "reduce") {
       // run_op decomposes the call (run_parallel)
+    } else if (knob == "sdpa_backend") {
+      // run_op enables the backends
     } else {
       fail("knob " + knob + " is not one this reproducer can set");
     }
@@ -817,8 +837,25 @@ bool run_parallel(const std::vector<std::pair<std::string, std::string>>& config
 
 // --- the call (generated from the recorded schema) -----------------------------
 
+// Enables the scaled_dot_product_attention backends `text` names ("all",
+// "none", "math+flash"), no other.
+void set_sdpa_backends(const std::string& text) {
+  auto on = [&](const std::string& name) {
+    return text == "all" || ("+" + text + "+").find("+" + name + "+") != std::string::npos;
+  };
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseMath(on("math"));
+  ctx.setSDPUseFlash(on("flash"));
+  ctx.setSDPUseMemEfficient(on("efficient"));
+  ctx.setSDPUseCuDNN(on("cudnn"));
+}
+
 std::vector<at::Tensor> run_op(const std::vector<std::pair<std::string, std::string>>& config,
                                std::optional<at::ScalarType> cast) {
+  std::string sdpa = kSdpaBackend;
+  for (const auto& [knob, value] : config)
+    if (knob == "sdpa_backend") sdpa = value;
+  set_sdpa_backends(sdpa);
   H5File inputs("inputs.h5");
   auto t = [&](const char* name, const char* grad = "") {
     at::Tensor x = load(inputs, name, grad);

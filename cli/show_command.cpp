@@ -176,6 +176,8 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["grad_mode"] = grad_mode;
       const auto default_dtype = formats::default_dtype_of(ev.flags);
       j["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
+      const std::string sdp = formats::sdp_text(formats::sdp_backends_of(ev.flags));
+      j["sdpa_backend"] = sdp;
       j["file"] = path;
       text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
                           formats::phase_name(ev.phase), ev.op, ev.overload.empty() ? "" : "." + ev.overload);
@@ -185,6 +187,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       if (grad_mode) text += "  grad mode on\n";
       if (default_dtype && *default_dtype != DType::kFloat32)
         text += fmt::format("  default dtype {}\n", dtype_name(*default_dtype));
+      if (sdp != "all") text += fmt::format("  attention backends {} (sdpa_backend)\n", sdp);
       text += fmt::format("  thread  {} (stream {})  {:.1f} us\n", ev.thread, ev.stream,
                           (ev.t_end_ns - ev.t_start_ns) / 1000.0);
       text += "  inputs\n";

@@ -1,6 +1,7 @@
 // The small naming functions of recording.h: phases, value kinds, event ids,
 // file names, element counts.
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdio>
@@ -77,6 +78,32 @@ std::string autocast_text(const Autocast& a) {
   if (a.cpu) s += "cpu=" + std::string(dtype_name(*a.cpu));
   if (a.cuda) s += std::string(s.empty() ? "" : ",") + "cuda=" + std::string(dtype_name(*a.cuda));
   return s;
+}
+
+std::string sdp_text(const SdpBackends& b) {
+  if (b == SdpBackends{}) return "all";
+  std::string s;
+  for (const auto& [on, name] : {std::pair{b.math, "math"}, std::pair{b.flash, "flash"},
+                                 std::pair{b.efficient, "efficient"}, std::pair{b.cudnn, "cudnn"}})
+    if (on) s += (s.empty() ? "" : "+") + std::string(name);
+  return s.empty() ? "none" : s;
+}
+
+std::optional<SdpBackends> parse_sdp(const std::string& text) {
+  if (text == "all") return SdpBackends{};
+  SdpBackends b{false, false, false, false};
+  if (text == "none") return b;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find('+', begin), text.size());
+    const std::string name = text.substr(begin, end - begin);
+    bool* on = name == "math" ? &b.math : name == "flash" ? &b.flash : name == "efficient" ? &b.efficient
+             : name == "cudnn" ? &b.cudnn : nullptr;
+    if (on == nullptr || *on) return std::nullopt;  // unknown or repeated
+    *on = true;
+    begin = end + 1;
+  }
+  return b;
 }
 
 std::string event_id_string(uint64_t id) {

@@ -8,6 +8,7 @@
 // work happens on the writer thread.
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
@@ -1115,6 +1116,13 @@ uint32_t default_dtype_flags() {
   return d ? formats::default_dtype_flags(*d) : 0u;
 }
 
+// The scaled_dot_product_attention backends switched off (Event::flags).
+uint32_t sdp_flags() {
+  const auto& ctx = at::globalContext();
+  return formats::sdp_flags({ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
+                             ctx.userEnabledCuDNNSDP()});
+}
+
 Phase current_phase(const ThreadState& ts) {
   if (!ts.nodes.empty()) return Phase::kBackward;
   const bool grad = at::GradMode::is_enabled();
@@ -1336,7 +1344,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.id = formats::make_event_id(ev.stream, ev.seq);
   ev.thread = ts.tid;
   ev.phase = phase;
-  ev.flags = autocast_flags() | default_dtype_flags() | (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
+  ev.flags = autocast_flags() | default_dtype_flags() | sdp_flags() |
+             (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -53,6 +53,9 @@ std::vector<KnobInfo> make_table() {
   add("float32_matmul_precision", "highest|high|medium", "torch.set_float32_matmul_precision: fp32 matmul "
       "through bf16/TF32 paths where the hardware has them", false);
   add("flush_denormal", "on|off", "flush denormal floats to zero (at::globalContext().setFlushDenormal)", false);
+  add("sdpa_backend", "all|none|math|flash|efficient|cudnn, or several joined by + (math+flash)",
+      "the scaled_dot_product_attention backends enabled (torch.nn.attention.sdpa_kernel): the op picks its "
+      "kernel among them, on the CPU flash or math; unset: those the recorded op ran under", false);
   add("blas_threads", "positive integer", "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS for the trial: BLAS "
       "(mm, addmm, bmm) blocking and summation order", true);
   add("tp", "positive integer", "tensor-parallel split: the reduction dimension of mm, addmm, linear, matmul and "
@@ -74,13 +77,11 @@ std::vector<KnobInfo> make_table() {
                                       "(allow_fp16/bf16_reduced_precision_reduction)"},
       {"cublas_workspace_config", "CUBLAS_WORKSPACE_CONFIG for the trial: the cuBLAS workspace, which decides "
                                   "split-K reductions (:4096:8 and :16:8 are the deterministic settings)"},
-      {"sdpa_backend", "the only scaled_dot_product_attention backend the trial enables "
-                       "(torch.backends.cuda.sdp_kernel)"},
   };
   for (const auto& g : gpu) {
     const std::string name = g[0];
     const bool workspace = name == "cublas_workspace_config";  // an environment variable: a child process
-    add(name, name == "sdpa_backend" ? "math|flash|efficient|cudnn" : workspace ? ":N:M (:4096:8, :16:8)" : "on|off",
+    add(name, workspace ? ":N:M (:4096:8, :16:8)" : "on|off",
         g[1], workspace);
     t.back().needs_cuda = true;
   }
@@ -142,10 +143,6 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
   if (info->needs_cuda) {
     std::string why;
     if (cuda_device_count(&why) == 0) throw UsageError(knob + " needs a CUDA device: " + why);
-    if (knob == "sdpa_backend") {
-      if (v == "math" || v == "flash" || v == "efficient" || v == "cudnn") return v;
-      throw UsageError("sdpa_backend=" + v + " is not a value of sdpa_backend: use math, flash, efficient or cudnn");
-    }
     if (knob == "cublas_workspace_config") {
       const auto second = v.find(':', 1);
       const bool ok = v.size() >= 4 && v[0] == ':' && second != std::string::npos && second > 1 &&
@@ -163,6 +160,11 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
     throw UsageError("reduce=" + v + " is not a value of reduce: use sequential, ring or tree");
   }
   if (knob == "mkldnn" || knob == "deterministic" || knob == "flush_denormal") return canonical_bool(knob, v);
+  if (knob == "sdpa_backend") {
+    if (auto b = formats::parse_sdp(v)) return formats::sdp_text(*b);
+    throw UsageError("sdpa_backend=" + v + " is not a value of sdpa_backend: use all, none, or math, flash, "
+                     "efficient and cudnn, alone or joined by +");
+  }
   if (knob == "cpu_capability") {
     if (v == "default" || v == "avx2") return v;
     if (v == "avx512") {

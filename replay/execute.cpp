@@ -336,7 +336,9 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
 // bisect's trials do not leak into each other.
 class SettingsScope {
  public:
-  explicit SettingsScope(const Settings& s) {
+  // `recorded_sdp`: the backends the event ran with, where the trial does
+  // not set them.
+  SettingsScope(const Settings& s, const formats::SdpBackends& recorded_sdp) {
     auto& ctx = at::globalContext();
     threads_ = at::get_num_threads();
     mkldnn_ = ctx.userEnabledMkldnn();
@@ -355,9 +357,13 @@ class SettingsScope {
       flush_ = true;
       at::globalContext().setFlushDenormal(*s.flush_denormal);
     }
+    sdp_ = {ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
+            ctx.userEnabledCuDNNSDP()};
+    const formats::SdpBackends sdp = s.sdpa_backend.value_or(recorded_sdp);
+    set_sdp(sdp.math, sdp.flash, sdp.efficient, sdp.cudnn);
     // The GPU knobs (validated against a CUDA device when the config was parsed).
     gpu_ = s.tf32_cublas || s.tf32_cudnn || s.cudnn_benchmark || s.cudnn_deterministic ||
-           s.reduced_precision_reduction || s.sdpa_backend;
+           s.reduced_precision_reduction;
     if (!gpu_) return;
     tf32_cublas_ = ctx.allowTF32CuBLAS();
     tf32_cudnn_ = ctx.allowTF32CuDNN();
@@ -365,8 +371,6 @@ class SettingsScope {
     cudnn_deterministic_ = ctx.deterministicCuDNN();
     fp16_reduction_ = ctx.allowFP16ReductionCuBLAS();
     bf16_reduction_ = ctx.allowBF16ReductionCuBLAS();
-    sdp_ = {ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
-            ctx.userEnabledCuDNNSDP()};
     if (s.tf32_cublas) ctx.setAllowTF32CuBLAS(*s.tf32_cublas);
     if (s.tf32_cudnn) ctx.setAllowTF32CuDNN(*s.tf32_cudnn);
     if (s.cudnn_benchmark) ctx.setBenchmarkCuDNN(*s.cudnn_benchmark);
@@ -375,8 +379,6 @@ class SettingsScope {
       ctx.setAllowFP16ReductionCuBLAS(*s.reduced_precision_reduction);
       ctx.setAllowBF16ReductionCuBLAS(*s.reduced_precision_reduction);
     }
-    if (s.sdpa_backend) set_sdp(*s.sdpa_backend == "math", *s.sdpa_backend == "flash",
-                                *s.sdpa_backend == "efficient", *s.sdpa_backend == "cudnn");
   }
   ~SettingsScope() {
     auto& ctx = at::globalContext();
@@ -385,6 +387,7 @@ class SettingsScope {
     ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);
     ctx.setFloat32MatmulPrecision(precision_);
     if (flush_) at::globalContext().setFlushDenormal(false);
+    set_sdp(sdp_[0], sdp_[1], sdp_[2], sdp_[3]);
     if (!gpu_) return;
     ctx.setAllowTF32CuBLAS(tf32_cublas_);
     ctx.setAllowTF32CuDNN(tf32_cudnn_);
@@ -395,7 +398,6 @@ class SettingsScope {
                                     fp16_reduction_ != R::DisallowReducedPrecisionDisallowSplitK);
     ctx.setAllowBF16ReductionCuBLAS(bf16_reduction_ == R::AllowReducedPrecisionWithSplitK,
                                     bf16_reduction_ != R::DisallowReducedPrecisionDisallowSplitK);
-    set_sdp(sdp_[0], sdp_[1], sdp_[2], sdp_[3]);
   }
   SettingsScope(const SettingsScope&) = delete;
   SettingsScope& operator=(const SettingsScope&) = delete;
@@ -849,7 +851,7 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     std::vector<c10::IValue> written;
     for (std::size_t a = 0; a < stack.size() && a < unreturned.size(); ++a)
       if (unreturned[a]) written.push_back(stack[a]);
-    SettingsScope scope(settings);
+    SettingsScope scope(settings, formats::sdp_backends_of(ev.flags));
     AutocastScope autocast(formats::autocast_of(ev.flags), device);
     DefaultDtypeScope default_dtype(formats::default_dtype_of(ev.flags));
     // The grad mode the op ran under: with inputs that require grad it

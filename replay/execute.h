@@ -33,7 +33,9 @@ struct Settings {
   // copied back before they are compared. The GPU knobs apply around the call.
   std::optional<std::string> device;
   std::optional<bool> tf32_cublas, tf32_cudnn, cudnn_benchmark, cudnn_deterministic, reduced_precision_reduction;
-  std::optional<std::string> sdpa_backend;  // math | flash | efficient | cudnn
+  // The scaled_dot_product_attention backends enabled; unset: those the
+  // event records (all of them in recordings made before it did).
+  std::optional<formats::SdpBackends> sdpa_backend;
 };
 
 // One output value, flattened like the recorder flattens them (a tensor list

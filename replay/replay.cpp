@@ -97,7 +97,7 @@ detail::Settings settings_of(const Config& c) {
   if (auto v = c.get("cudnn_benchmark")) s.cudnn_benchmark = *v == "on";
   if (auto v = c.get("cudnn_deterministic")) s.cudnn_deterministic = *v == "on";
   if (auto v = c.get("reduced_precision_reduction")) s.reduced_precision_reduction = *v == "on";
-  if (auto v = c.get("sdpa_backend")) s.sdpa_backend = *v;
+  if (auto v = c.get("sdpa_backend")) s.sdpa_backend = formats::parse_sdp(*v);
   return s;
 }
 

@@ -46,6 +46,7 @@ void save_trial(const std::string& dir, const formats::Event& ev, const ExecResu
   call["grad_mode"] = (ev.flags & formats::kEventGradMode) != 0;
   const auto default_dtype = formats::default_dtype_of(ev.flags);
   call["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
+  call["sdpa_backend"] = formats::sdp_text(formats::sdp_backends_of(ev.flags));
   call["environment"] = json::object();
   for (const auto& [k, v] : torch_environment()) call["environment"][k] = v;
   std::vector<formats::StoredTensor> inputs, outputs;

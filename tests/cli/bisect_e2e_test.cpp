@@ -29,6 +29,7 @@ const std::string kPython = OPGUARD_PYTHON_BIN;
 const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 const std::string kCMake = OPGUARD_CMAKE_BIN;
 const std::string kDenormalOps = OPGUARD_DENORMAL_OPS_PY;
+const std::string kSdpaOps = OPGUARD_SDPA_OPS_PY;
 
 void record(const TempDir& tmp, const std::string& out, const std::vector<std::string>& program,
             const std::vector<std::string>& env = {}, const std::vector<std::string>& flags = {}) {
@@ -277,6 +278,24 @@ TEST_CASE("bisect run on a program that flushes denormals to zero against one th
   const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "flush_denormal", true);
   CHECK(j["op"] == "aten::mul");
   CHECK(j["config"]["minimal"][0]["bad"] == "on");
+}
+
+TEST_CASE("bisect run on a program that runs attention under sdpa_kernel(MATH) against one that does not names "
+          "sdpa_backend alone; the bundle reproduces") {
+  // sdpa_ops.py: scaled_dot_product_attention picks flash or math on the CPU
+  // by the backends enabled, which the program switches inside its code, not
+  // in its environment: the recorder keeps them per op. (Before it did, both
+  // recorded configs were the same: "nothing to bisect".)
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kPython, kSdpaOps});
+  record(tmp, tmp / "sus", {kPython, kSdpaOps, "math"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "sdpa_backend", true);
+  CHECK(j["op"] == "aten::scaled_dot_product_attention");
+  CHECK(j["config"]["minimal"][0]["good"] == "all");
+  CHECK(j["config"]["minimal"][0]["bad"] == "math");
+  // The diff says why the same inputs gave other bits.
+  Result r = run({kOpguard, "diff", tmp / "ref", tmp / "sus"}, tmp.path().string());
+  CHECK(r.out.find("the runs called it in other states: attention backends all | math") != std::string::npos);
 }
 
 TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2, 65 or 74 with one line") {

@@ -37,6 +37,18 @@ const std::string kGood = "cpu_capability=avx2";
 const std::string kBad = "cpu_capability=default";
 
 // The first aten::softmax of step 1 (dumped in full), read with h5py.
+// `opguard repro` of one event of `rec` into `bundle`, good threads=1 against
+// `bad`; returns the bundle's manifest.json.
+nlohmann::json write_bundle(const TempDir& tmp, const std::string& rec, const std::string& event,
+                            const std::string& bad, const std::string& bundle) {
+  Result w = run({kOpguard, "repro", rec, "--event", event, "--good", "threads=1", "--bad", bad, "-o", bundle},
+                 tmp.path().string());
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  std::ifstream mf(fs::path(bundle) / "manifest.json");
+  return nlohmann::json::parse(mf);
+}
+
 std::string softmax_event(const TempDir& tmp, const std::string& rec) {
   const std::string script =
       "import h5py,sys\n"
@@ -216,13 +228,7 @@ TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number,
     INFO(c.op);
     const std::string name = c.op.substr(6, c.op.find('.') == std::string::npos ? std::string::npos : c.op.find('.') - 6);
     const std::string bundle = tmp / (name + "-bundle");
-    Result w = run({kOpguard, "repro", rec, "--event", nth(c.op, c.nth), "--good", "threads=1", "--bad", c.bad, "-o",
-                    bundle},
-                   tmp.path().string());
-    INFO(w.out << w.err);
-    REQUIRE(w.exit_code == 0);
-    std::ifstream mf(fs::path(bundle) / "manifest.json");
-    const auto manifest = nlohmann::json::parse(mf);
+    const auto manifest = write_bundle(tmp, rec, nth(c.op, c.nth), c.bad, bundle);
     CHECK(manifest["autocast_cpu"] == c.autocast);
     CHECK(manifest["grad_mode"] == c.grad_mode);
     CHECK(manifest["default_dtype"] == c.default_dtype);
@@ -237,6 +243,31 @@ TEST_CASE("bundles of an op under autocast, of one with a wrapped Python number,
     INFO(cpp.out << cpp.err);
     CHECK(cpp.exit_code == 0);
   }
+}
+
+TEST_CASE("a bundle of attention run under sdpa_kernel(MATH) runs it with the math backend, in Python and in C++") {
+  // tests/replay/sdpa_ops.py math: the op's backends are recorded per event;
+  // a config without sdpa_backend runs the recorded ones (math), and
+  // sdpa_backend=all lets the CPU pick flash. The op also has a dropout
+  // argument, so the bundle sets the default generator's state (repro.cpp
+  // did not compile such a bundle before: the generator is a const reference).
+  TempDir tmp;
+  const std::string rec = tmp / "attention";
+  Result r = run({kOpguard, "record", "--out", rec, "--dump-all", "--", kPython, OPGUARD_SDPA_OPS_PY, "math"},
+                 tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string bundle = tmp / "bundle";
+  // Event 3: three randn, then the attention.
+  const auto manifest = write_bundle(tmp, rec, "3", "sdpa_backend=all", bundle);
+  CHECK(manifest["operator"]["name"] == "aten::scaled_dot_product_attention");
+  CHECK(manifest["sdpa_backend"] == "math");
+  Result py = run({kPython, fs::path(bundle) / "repro.py", "--strict"}, tmp.path().string());
+  INFO(py.out << py.err);
+  CHECK(py.exit_code == 0);
+  Result cpp = opguard::testing::build_and_run_repro(kPython, kCMake, bundle, tmp / "build", tmp.path().string());
+  INFO(cpp.out << cpp.err);
+  CHECK(cpp.exit_code == 0);
 }
 
 TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {

@@ -201,7 +201,8 @@ TEST_CASE("an event with every value kind and non-contiguous tensors reads back 
   CHECK(data.bytes == state);
 }
 
-TEST_CASE("an event's autocast state, grad mode and default dtype and a wrapped number round-trip; an unknown "
+TEST_CASE("an event's autocast state, grad mode, default dtype and attention backends and a wrapped number "
+          "round-trip; an unknown "
           "autocast or default dtype code is refused") {
   TempDir tmp;
   const std::string path = tmp / "step00000000.h5";
@@ -210,7 +211,8 @@ TEST_CASE("an event's autocast state, grad mode and default dtype and a wrapped 
     fmts::StepWriter writer(path, 0, 0);
     fmts::Event e;
     e.op = "aten::linear";
-    e.flags = fmts::autocast_flags(both) | fmts::kEventGradMode | fmts::default_dtype_flags(DType::kFloat64);
+    e.flags = fmts::autocast_flags(both) | fmts::kEventGradMode | fmts::default_dtype_flags(DType::kFloat64) |
+              fmts::sdp_flags({true, false, false, true});
     e.inputs.push_back(tensor_value("other", DType::kFloat64, {}, {}, 0, 1));
     e.inputs.back().tensor.flags = fmts::kTensorWrappedNumber;
     writer.add_event(e);
@@ -230,6 +232,18 @@ TEST_CASE("an event's autocast state, grad mode and default dtype and a wrapped 
   CHECK(fmts::default_dtype_of(reader.events()[0].flags) == std::optional<DType>(DType::kFloat64));
   CHECK_FALSE((reader.events()[1].flags & fmts::kEventGradMode));
   CHECK_FALSE(fmts::default_dtype_of(reader.events()[1].flags).has_value());  // not recorded
+  CHECK(fmts::sdp_text(fmts::sdp_backends_of(reader.events()[0].flags)) == "math+cudnn");
+  CHECK(fmts::sdp_text(fmts::sdp_backends_of(reader.events()[1].flags)) == "all");  // torch's default
+  // Every set of backends has one spelling, which parses back to it.
+  for (uint32_t off = 0; off < 16; ++off) {
+    const auto b = fmts::sdp_backends_of(off << 4);
+    CHECK(fmts::sdp_flags(b) == off << 4);
+    CHECK(fmts::parse_sdp(fmts::sdp_text(b)) == std::optional<fmts::SdpBackends>(b));
+  }
+  CHECK(fmts::sdp_text(fmts::sdp_backends_of(0xF0)) == "none");
+  CHECK(fmts::parse_sdp("cudnn+math") == fmts::parse_sdp("math+cudnn"));
+  for (const char* bad_text : {"", "+", "math+", "+math", "math++flash", "math+math", "all+math", "MATH"})
+    CHECK_FALSE(fmts::parse_sdp(bad_text).has_value());
   CHECK(reader.events()[0].inputs[0].tensor.flags == fmts::kTensorWrappedNumber);
   CHECK(reader.events()[0].inputs[0].tensor.has_fingerprint());
 

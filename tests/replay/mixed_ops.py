@@ -31,18 +31,20 @@ print(y.dtype, z.dtype, a.dtype, p.dtype, scaled.dtype, half.dtype)
 # Training: kernels that choose their path by requires_grad. matmul folds a
 # 3-d operand into one mm when the other operand requires grad (whatever the
 # grad mode) and otherwise runs this non-contiguous one as a bmm, whose
-# small-matrix kernel rounds differently; an op writes a computed tensor in
+# small-matrix kernel (ATen's own loop) sums in another order than MKL's mm
+# (a matrix-vector product here: it differs on Intel and AMD CPUs, with or
+# without MKL_CBWR; a 4 x 5 weight differed on Intel only); an op writes a computed tensor in
 # place under grad mode (replay must not rebuild it as a leaf, which cannot
 # be written so, nor as a view, which detach_ refuses); an update writes a
 # parameter under no_grad.
-w3 = torch.randn(4, 5, requires_grad=True)
-x3 = torch.randn(17, 8, 4, requires_grad=True).tanh().transpose(0, 1)  # computed, not a leaf
+w3 = torch.randn(8, 1, requires_grad=True)
+x3 = torch.randn(17, 8, 8, requires_grad=True).tanh().transpose(0, 1)  # computed, not a leaf
 h3 = torch.matmul(x3, w3)
 h3 = h3 * 2
 h3.relu_()
 cut = torch.tanh(h3)
 cut.detach_()
-left = torch.matmul(w3.t(), torch.randn(8, 4, 17))
+left = torch.matmul(w3.t(), torch.randn(8, 8, 17))
 h3.sum().backward()
 left.sum().backward()
 with torch.no_grad():

@@ -31,6 +31,7 @@ const std::string kTinyGptPy = OPGUARD_TINY_GPT_PY;
 const std::string kKnobOps = OPGUARD_KNOB_OPS_PY;
 const std::string kMixedOps = OPGUARD_MIXED_OPS_PY;
 const std::string kDenormalOps = OPGUARD_DENORMAL_OPS_PY;
+const std::string kSdpaOps = OPGUARD_SDPA_OPS_PY;
 const std::string kPython = OPGUARD_PYTHON_BIN;
 
 // Only the ops knob_ops.py wants compared keep full tensors: its 16M-float
@@ -47,7 +48,7 @@ void record(const TempDir& tmp, const std::string& out, const std::vector<std::s
 // Recordings shared by several test cases, made once per test binary run.
 struct Recordings {
   TempDir tmp;
-  std::string cpp, py, knobs, knobs_default, mixed, flushed;
+  std::string cpp, py, knobs, knobs_default, mixed, flushed, attention;
   Recordings() {
     cpp = tmp / "cpp";
     record(tmp, cpp, {"--dump-steps", "1"}, {kTinyGpt, "--steps", "2"});
@@ -60,6 +61,8 @@ struct Recordings {
     record(tmp, mixed, {"--dump-all"}, {kPython, kMixedOps}, {"MKL_CBWR"});
     flushed = tmp / "flushed";
     record(tmp, flushed, {"--dump-all"}, {kPython, kDenormalOps, "flush"});
+    attention = tmp / "attention";
+    record(tmp, attention, {"--dump-all"}, {kPython, kSdpaOps, "math"});
     knobs = tmp / "knobs";
     record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
     knobs_default = tmp / "knobs_default";
@@ -379,6 +382,37 @@ TEST_CASE("a program that flushes denormals to zero is replayed with them flushe
   CHECK(ls_mixed.out.find("flush_denormal") == std::string::npos);
 }
 
+TEST_CASE("attention run under sdpa_kernel(MATH) is replayed with the math backend; sdpa_backend=all differs") {
+  // sdpa_ops.py math: scaled_dot_product_attention inside
+  // torch.nn.attention.sdpa_kernel(SDPBackend.MATH). The op picks its kernel
+  // among the enabled backends (on the CPU flash, else math), and the two round
+  // differently; the event records the backends (before it did, replay ran
+  // flash and said the op differs: 14203 of 16384 elements, up to 53370 ULP).
+  const auto all = by_op(replay::replay_all(recordings().attention, options()));
+  const auto sdpa = all.at("aten::scaled_dot_product_attention");
+  INFO(sdpa.message);
+  CHECK(sdpa.verdict == replay::Verdict::kReproduces);
+  const auto flash = replay::replay_event(recordings().attention, sdpa.event, options("sdpa_backend=all"));
+  CHECK(flash.verdict == replay::Verdict::kDiffers);
+  CHECK(replay::replay_event(recordings().attention, sdpa.event, options("sdpa_backend=math")).verdict ==
+        replay::Verdict::kReproduces);
+  // The value names a set of backends, canonically ordered.
+  CHECK(replay::Config::parse("sdpa_backend=flash+math").to_string() == "sdpa_backend=math+flash");
+  CHECK(replay::Config::parse("sdpa_backend=math+flash+efficient+cudnn").to_string() == "sdpa_backend=all");
+  CHECK(replay::Config::parse("sdpa_backend=none").to_string() == "sdpa_backend=none");
+  for (const char* bad : {"sdpa_backend=", "sdpa_backend=math+", "sdpa_backend=math+math", "sdpa_backend=fast"})
+    CHECK_THROWS_AS(replay::Config::parse(bad), opguard::UsageError);
+  // show says so; an op under the default backends says nothing.
+  Result show = run({kOpguard, "show", recordings().attention, "--event", sdpa.event}, recordings().tmp.path().string());
+  CHECK(show.out.find("attention backends math (sdpa_backend)") != std::string::npos);
+  Result json = run({kOpguard, "show", recordings().attention, "--event", sdpa.event, "--json"},
+                    recordings().tmp.path().string());
+  CHECK(nlohmann::json::parse(json.out)["sdpa_backend"] == "math");
+  Result other = run({kOpguard, "show", recordings().attention, "--event", all.at("aten::randn").event},
+                     recordings().tmp.path().string());
+  CHECK(other.out.find("attention backends") == std::string::npos);
+}
+
 TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "
           "when inputs are only fingerprints, 2 for an unknown event or knob") {
   TempDir scratch;
@@ -452,4 +486,6 @@ TEST_CASE("opguard configs lists every knob with its values, what it changes and
   CHECK(knobs["tf32_cublas"]["available"] == (replay::cuda_device_count(nullptr) > 0));
   CHECK(knobs["tf32_cublas"]["needs_cuda"] == true);
   CHECK(knobs["threads"]["available"] == true);
+  CHECK(knobs["sdpa_backend"]["available"] == true);  // on the CPU too: flash or math
+  CHECK(knobs["sdpa_backend"]["needs_cuda"] == false);
 }

@@ -143,6 +143,33 @@ inline uint32_t autocast_flags(const Autocast& a) {
 }
 // Throws FormatError on a dtype code this opguard does not know.
 Autocast autocast_of(uint32_t event_flags);
+// Event::flags bits 4-7: the scaled_dot_product_attention backends the
+// program had switched off when the op ran (torch.nn.attention.sdpa_kernel,
+// torch.backends.cuda.enable_*_sdp): the op picks its kernel among the others,
+// on the CPU too (flash or math). 0, every backend on, is torch's default and
+// what recordings made before the bits existed hold.
+struct SdpBackends {
+  bool math = true, flash = true, efficient = true, cudnn = true;
+  bool operator==(const SdpBackends& o) const {
+    return math == o.math && flash == o.flash && efficient == o.efficient && cudnn == o.cudnn;
+  }
+  bool operator!=(const SdpBackends& o) const { return !(*this == o); }
+};
+constexpr uint32_t kEventSdpMathOff = 1u << 4, kEventSdpFlashOff = 1u << 5, kEventSdpEfficientOff = 1u << 6,
+                   kEventSdpCudnnOff = 1u << 7;
+inline uint32_t sdp_flags(const SdpBackends& b) {
+  return (b.math ? 0u : kEventSdpMathOff) | (b.flash ? 0u : kEventSdpFlashOff) |
+         (b.efficient ? 0u : kEventSdpEfficientOff) | (b.cudnn ? 0u : kEventSdpCudnnOff);
+}
+inline SdpBackends sdp_backends_of(uint32_t f) {
+  return {!(f & kEventSdpMathOff), !(f & kEventSdpFlashOff), !(f & kEventSdpEfficientOff), !(f & kEventSdpCudnnOff)};
+}
+// "all", "none", or the backends on joined by '+' in the order math, flash,
+// efficient, cudnn ("math", "flash+math" is spelled "math+flash"): the values
+// of replay's sdpa_backend knob.
+std::string sdp_text(const SdpBackends& b);
+// The inverse of sdp_text, in any order; nullopt for anything else.
+std::optional<SdpBackends> parse_sdp(const std::string& text);
 // "cpu=bfloat16", "cpu=bfloat16,cuda=float16", "" when autocast is off.
 std::string autocast_text(const Autocast& a);
 
