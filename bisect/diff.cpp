@@ -81,6 +81,18 @@ std::string state_difference(const Event& a, const Event& b) {
   const auto sdp_a = formats::sdp_backends_of(a.flags), sdp_b = formats::sdp_backends_of(b.flags);
   if (sdp_a != sdp_b)
     parts.push_back(fmt::format("attention backends {} | {}", formats::sdp_text(sdp_a), formats::sdp_text(sdp_b)));
+  if (a.knobs && b.knobs && *a.knobs != *b.knobs) {
+    const auto ka = formats::knobs_of(*a.knobs), kb = formats::knobs_of(*b.knobs);
+    auto on_off = [](bool v) { return v ? "on" : "off"; };
+    if (ka.threads != kb.threads) parts.push_back(fmt::format("threads {} | {}", ka.threads, kb.threads));
+    if (ka.mkldnn != kb.mkldnn) parts.push_back(fmt::format("oneDNN {} | {}", on_off(ka.mkldnn), on_off(kb.mkldnn)));
+    if (ka.deterministic != kb.deterministic)
+      parts.push_back(fmt::format("deterministic algorithms {} | {}", on_off(ka.deterministic), on_off(kb.deterministic)));
+    if (ka.matmul_precision != kb.matmul_precision)
+      parts.push_back(fmt::format("float32 matmul precision {} | {}", ka.matmul_precision, kb.matmul_precision));
+    if (ka.flush_denormal != kb.flush_denormal)
+      parts.push_back(fmt::format("denormals flushed {} | {}", on_off(ka.flush_denormal), on_off(kb.flush_denormal)));
+  }
   // Grad mode and requires_grad only where both recordings have the flags
   // (recorded together with the default dtype).
   const bool grad_recorded = (a.flags & b.flags & formats::kEventDefaultDtype) != 0;

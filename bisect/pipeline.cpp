@@ -172,11 +172,17 @@ RunResult bisect_run(const RunOptions& o) {
   replay::Config good = replay::recorded_config(ref, o.rank).overlaid(replay::declared_config(ref, o.rank));
   replay::Config bad = replay::recorded_config(sus, o.rank).overlaid(replay::declared_config(sus, o.rank));
   if (!fd.region) {
-    // The attention backends are recorded per op, not per run: a trial that
-    // leaves them unset runs the replayed op with the reference's. Where the
-    // runs had other ones, both configs name theirs.
-    const auto sdp_good = formats::sdp_backends_of(detail::load_event(ref, o.rank, result.event).flags);
-    const auto sdp_bad = formats::sdp_backends_of(detail::load_event(sus, o.rank, sus_event).flags);
+    // The in-process knobs each run's divergent op ran under, where its
+    // recording has them per op, replace the run's (the manifest's values at
+    // the start and a clean end). The attention backends are recorded per op
+    // only: a trial that leaves them unset runs the replayed op with the
+    // reference's; where the runs had other ones, both configs name theirs.
+    const auto ev_good = detail::load_event(ref, o.rank, result.event);
+    const auto ev_bad = detail::load_event(sus, o.rank, sus_event);
+    good = replay::with_event_knobs(good, ev_good);
+    bad = replay::with_event_knobs(bad, ev_bad);
+    const auto sdp_good = formats::sdp_backends_of(ev_good.flags);
+    const auto sdp_bad = formats::sdp_backends_of(ev_bad.flags);
     if (sdp_good != sdp_bad) {
       good.set("sdpa_backend", formats::sdp_text(sdp_good));
       bad.set("sdpa_backend", formats::sdp_text(sdp_bad));

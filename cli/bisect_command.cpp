@@ -58,10 +58,11 @@ bisect::TrialTarget target_of(const Options& o) {
   return bisect::TrialTarget{o.dir, o.event, o.rank, executable_dir() + "/opguard", {}};
 }
 
-// --good / --bad over the recorded config.
+// --good / --bad over the recorded config (with the event's own knobs).
 std::pair<replay::Config, replay::Config> configs_of(const Options& o) {
   if (o.bad.empty()) throw UsageError("bisect needs --bad CFG, the knobs under which the bits change");
-  const replay::Config recorded = replay::recorded_config(o.dir, o.rank);
+  target_of(o);  // a recording and an event, or one sentence saying which is missing
+  const replay::Config recorded = replay::event_recorded_config(o.dir, o.rank, o.event);
   return {recorded.overlaid(replay::Config::parse(o.good)), recorded.overlaid(replay::Config::parse(o.bad))};
 }
 

@@ -49,7 +49,9 @@ int run_window(const WindowCliOptions& o) {
   w.rank = o.rank;
   w.from = o.from;
   w.to = o.to;
-  const replay::Config recorded = replay::recorded_config(o.dir, o.rank);
+  // The window's first op's knobs (the knobs a program changes inside the
+  // window are not followed: docs/BISECT.md).
+  const replay::Config recorded = replay::event_recorded_config(o.dir, o.rank, o.from);
   w.good = recorded.overlaid(replay::Config::parse(o.good));
   w.bad = recorded.overlaid(replay::Config::parse(o.bad));
   w.self_exe = executable_dir() + "/opguard";

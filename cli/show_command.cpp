@@ -178,6 +178,15 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
       const std::string sdp = formats::sdp_text(formats::sdp_backends_of(ev.flags));
       j["sdpa_backend"] = sdp;
+      // The in-process knobs the op ran under, in replay's spelling.
+      std::string knobs;
+      if (ev.knobs) {
+        const auto k = formats::knobs_of(*ev.knobs);
+        knobs = fmt::format("threads={},mkldnn={},deterministic={},float32_matmul_precision={}{}", k.threads,
+                            k.mkldnn ? "on" : "off", k.deterministic ? "on" : "off", k.matmul_precision,
+                            k.flush_denormal ? ",flush_denormal=on" : "");
+      }
+      j["knobs"] = knobs;
       j["file"] = path;
       text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
                           formats::phase_name(ev.phase), ev.op, ev.overload.empty() ? "" : "." + ev.overload);
@@ -188,6 +197,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       if (default_dtype && *default_dtype != DType::kFloat32)
         text += fmt::format("  default dtype {}\n", dtype_name(*default_dtype));
       if (sdp != "all") text += fmt::format("  attention backends {} (sdpa_backend)\n", sdp);
+      if (!knobs.empty()) text += fmt::format("  knobs   {}\n", knobs);
       text += fmt::format("  thread  {} (stream {})  {:.1f} us\n", ev.thread, ev.stream,
                           (ev.t_end_ns - ev.t_start_ns) / 1000.0);
       text += "  inputs\n";

@@ -310,10 +310,14 @@ void write_column(const Site& site, hid_t loc, const char* name, hid_t type, con
   site.ok(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), std::string("H5Dwrite(") + name + ")");
 }
 
+bool has_link(const Site& site, hid_t loc, const char* path) {
+  return site.tri(H5Lexists(loc, path, H5P_DEFAULT), std::string("H5Lexists(") + path + ")");
+}
+
 std::size_t open_column(const Site& site, hid_t loc, const char* name, hid_t type,
                         std::size_t max_rows, Handle& dataset_out) {
   std::string column = name;
-  if (!site.tri(H5Lexists(loc, name, H5P_DEFAULT), "H5Lexists(" + column + ")")) {
+  if (!has_link(site, loc, name)) {
     site.fail("it has no " + column + " column");
   }
   Handle ds = dataset(site, H5Dopen2(loc, name, H5P_DEFAULT), "H5Dopen2(" + column + ")");

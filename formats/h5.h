@@ -131,6 +131,8 @@ void write_string_attr(const Site& site, hid_t loc, const std::string& name, con
 void write_string_attr(const Site& site, hid_t loc, const std::string& name, const std::string& value,
                        hid_t string_type, hid_t scalar_space);
 bool has_attr(const Site& site, hid_t loc, const std::string& name);
+// Whether `path` (a dataset or group below loc) exists.
+bool has_link(const Site& site, hid_t loc, const char* path);
 // Reads an integer attribute stored as any HDF5 integer type of at most 8 bytes
 // (validating that its class is integer and its dataspace holds one element).
 int64_t read_int_attr(const Site& site, hid_t loc, const std::string& name);

@@ -80,6 +80,31 @@ std::string autocast_text(const Autocast& a) {
   return s;
 }
 
+namespace {
+constexpr std::array<const char*, 3> kMatmulPrecisions = {"highest", "high", "medium"};
+}
+
+uint32_t knob_bits(const EventKnobs& k) {
+  uint32_t precision = 0;
+  while (precision < kMatmulPrecisions.size() && k.matmul_precision != kMatmulPrecisions[precision]) ++precision;
+  if (precision == kMatmulPrecisions.size())
+    throw FormatError("'" + k.matmul_precision + "' is not a float32 matmul precision");
+  return knob_bits(k.threads, k.mkldnn, k.deterministic, k.flush_denormal, precision);
+}
+
+EventKnobs knobs_of(uint32_t bits) {
+  EventKnobs k;
+  k.threads = static_cast<int>(bits & 0xffu);
+  const uint32_t precision = (bits >> 11) & 3u;
+  if (k.threads == 0 || precision >= kMatmulPrecisions.size())
+    throw FormatError("knobs value " + std::to_string(bits) + " this opguard does not know");
+  k.mkldnn = (bits & (1u << 8)) != 0;
+  k.deterministic = (bits & (1u << 9)) != 0;
+  k.flush_denormal = (bits & (1u << 10)) != 0;
+  k.matmul_precision = kMatmulPrecisions[precision];
+  return k;
+}
+
 std::string sdp_text(const SdpBackends& b) {
   if (b == SdpBackends{}) return "all";
   std::string s;

@@ -83,6 +83,8 @@ void StepReader::Impl::read_columns() {
   e.t_start_ns = read_column<int64_t>(site, root, "/events/t_start_ns", H5T_STD_I64LE, cap.u64);
   e.t_end_ns = read_column<int64_t>(site, root, "/events/t_end_ns", H5T_STD_I64LE, cap.u64);
   e.flags = read_column<uint32_t>(site, root, "/events/flags", H5T_STD_U32LE, cap.u32);
+  if (h5::has_link(site, root, "/events/knobs"))
+    e.knobs = read_column<uint32_t>(site, root, "/events/knobs", H5T_STD_U32LE, cap.u32);
   e.value_begin = read_column<uint64_t>(site, root, "/events/value_begin", H5T_STD_U64LE, cap.u64);
   e.n_inputs = read_column<uint32_t>(site, root, "/events/n_inputs", H5T_STD_U32LE, cap.u32);
   e.n_outputs = read_column<uint32_t>(site, root, "/events/n_outputs", H5T_STD_U32LE, cap.u32);
@@ -127,6 +129,7 @@ void StepReader::Impl::read_columns() {
   same_rows(e.t_start_ns.size(), n, "/events/t_start_ns");
   same_rows(e.t_end_ns.size(), n, "/events/t_end_ns");
   same_rows(e.flags.size(), n, "/events/flags");
+  if (!e.knobs.empty()) same_rows(e.knobs.size(), n, "/events/knobs");
   same_rows(e.value_begin.size(), n, "/events/value_begin");
   same_rows(e.n_inputs.size(), n, "/events/n_inputs");
   same_rows(e.n_outputs.size(), n, "/events/n_outputs");
@@ -232,6 +235,13 @@ void StepReader::Impl::check_events() const {
     } catch (const FormatError& err) {
       site.fail(event(i) + " has " + err.what() + " in its flags");
     }
+    if (!e.knobs.empty() && e.knobs[i] != 0) {
+      try {
+        knobs_of(e.knobs[i]);
+      } catch (const FormatError& err) {
+        site.fail(event(i) + " has " + err.what() + " in /events/knobs");
+      }
+    }
     const uint64_t begin = e.value_begin[i];
     const uint64_t count = uint64_t{e.n_inputs[i]} + e.n_outputs[i];
     if (begin > m || count > m - begin) {
@@ -305,6 +315,7 @@ Event StepReader::event(std::size_t i) const {
   e.t_start_ns = c.t_start_ns[i];
   e.t_end_ns = c.t_end_ns[i];
   e.flags = c.flags[i];
+  if (!c.knobs.empty() && c.knobs[i] != 0) e.knobs = c.knobs[i];
   const std::size_t begin = c.value_begin[i];
   e.inputs.reserve(c.n_inputs[i]);
   for (std::size_t k = 0; k < c.n_inputs[i]; ++k) e.inputs.push_back(im.value(begin + k));

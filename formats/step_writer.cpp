@@ -208,10 +208,11 @@ void StepWriter::Impl::write_columns() {
   const std::size_t n = events.size();
   StringTable strings;
   std::vector<uint64_t> id(n), seq(n), thread(n), value_begin(n);
-  std::vector<uint32_t> stream(n), op(n), overload(n), schema(n), scope(n), node(n), flags(n), n_inputs(n),
+  std::vector<uint32_t> stream(n), op(n), overload(n), schema(n), scope(n), node(n), flags(n), knobs(n), n_inputs(n),
       n_outputs(n);
   std::vector<int64_t> step(n), t_start(n), t_end(n);
   std::vector<uint8_t> phase(n);
+  bool any_knobs = false;
 
   std::size_t m = 0;
   for (const Event& e : events) m += e.inputs.size() + e.outputs.size();
@@ -267,6 +268,8 @@ void StepWriter::Impl::write_columns() {
     t_start[i] = e.t_start_ns;
     t_end[i] = e.t_end_ns;
     flags[i] = e.flags;
+    knobs[i] = e.knobs.value_or(0);
+    any_knobs = any_knobs || e.knobs.has_value();
     value_begin[i] = r;
     n_inputs[i] = static_cast<uint32_t>(e.inputs.size());
     n_outputs[i] = static_cast<uint32_t>(e.outputs.size());
@@ -294,6 +297,9 @@ void StepWriter::Impl::write_columns() {
   write_column(site, root, "/events/t_start_ns", H5T_STD_I64LE, t_start.data(), n);
   write_column(site, root, "/events/t_end_ns", H5T_STD_I64LE, t_end.data(), n);
   write_column(site, root, "/events/flags", H5T_STD_U32LE, flags.data(), n);
+  // Optional: a file of events without knobs (written by tests, or converted)
+  // has no column, as files recorded before it existed.
+  if (any_knobs) write_column(site, root, "/events/knobs", H5T_STD_U32LE, knobs.data(), n);
   write_column(site, root, "/events/value_begin", H5T_STD_U64LE, value_begin.data(), n);
   write_column(site, root, "/events/n_inputs", H5T_STD_U32LE, n_inputs.data(), n);
   write_column(site, root, "/events/n_outputs", H5T_STD_U32LE, n_outputs.data(), n);

@@ -295,6 +295,18 @@ Config recorded_config(const std::string& recording_dir, int rank) {
   return c;
 }
 
+Config with_event_knobs(Config run, const formats::Event& ev) {
+  if (!ev.knobs) return run;
+  const auto k = formats::knobs_of(*ev.knobs);
+  run.set("threads", std::to_string(k.threads));
+  run.set("mkldnn", k.mkldnn ? "on" : "off");
+  run.set("deterministic", k.deterministic ? "on" : "off");
+  run.set("float32_matmul_precision", k.matmul_precision);
+  // As recorded_config: named where on, or where the run's value said on.
+  if (k.flush_denormal || run.get("flush_denormal")) run.set("flush_denormal", k.flush_denormal ? "on" : "off");
+  return run;
+}
+
 const std::vector<std::string>& recorded_env_names() {
   static const std::vector<std::string> names(std::begin(detail::kRecordedEnv), std::end(detail::kRecordedEnv));
   return names;

@@ -214,6 +214,8 @@ std::string request_to_json(const Request& r) {
   j["dir"] = r.dir;
   j["rank"] = r.rank;
   j["config"] = r.config;
+  j["event_knobs"] = r.event_knobs;
+  j["user_config"] = r.user_config;
   j["event"] = r.event;
   j["window"] = r.window;
   j["expect_dir"] = r.expect_dir;
@@ -236,6 +238,8 @@ Request request_from_json(const std::string& text) {
     r.dir = j.at("dir");
     r.rank = j.at("rank");
     r.config = j.at("config");
+    r.event_knobs = j.value("event_knobs", false);
+    r.user_config = j.value("user_config", "");
     r.event = j.at("event");
     r.window = j.at("window");
     r.expect_dir = j.at("expect_dir");

@@ -390,8 +390,23 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
   return r;
 }
 
+}  // namespace
+
+Config event_recorded_config(const std::string& recording_dir, int rank, const std::string& event_id) {
+  const auto loc = locate(recording_dir, rank, event_id);
+  return with_event_knobs(recorded_config(recording_dir, rank), *loc.event);
+}
+
+namespace {
+
 Config effective_config(const std::string& dir, const ReplayOptions& o) {
   return o.from_recorded ? recorded_config(dir, o.rank).overlaid(o.config) : o.config;
+}
+
+// The config one event of a request replays under.
+Config event_config(const detail::Request& req, const Config& config, const Event& ev) {
+  if (!req.event_knobs || !ev.knobs) return config;
+  return with_event_knobs(config, ev).overlaid(Config::parse(req.user_config));
 }
 
 // Runs a request in this process. In a child, the parent has set the
@@ -419,7 +434,8 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
       throw UsageError(fmt::format("event {} of {} is {}, not {} like event {}: --expect needs the same operator",
                                    req.expect_event, req.expect_dir, expect_event->op, loc.event->op, req.event));
     auto r = run_here(*loc.event, *loc.reader, expect_event ? *expect_event : *loc.event,
-                      expect_reader ? *expect_reader : *loc.reader, config, req.rank, req.slices, req.save_dir);
+                      expect_reader ? *expect_reader : *loc.reader, event_config(req, config, *loc.event), req.rank,
+                      req.slices, req.save_dir);
     mark_child(r);
     out.results.push_back(std::move(r));
     return out;
@@ -434,7 +450,7 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
           ++out.skipped;
           continue;
         }
-        auto r = run_here(ev, reader, ev, reader, config, req.rank);
+        auto r = run_here(ev, reader, ev, reader, event_config(req, config, ev), req.rank);
         mark_child(r);
         out.results.push_back(std::move(r));
       }
@@ -453,7 +469,7 @@ detail::Outcome run_request_here(const detail::Request& req, bool in_child) {
       if (ev.stream != stream) continue;
       if (!started && ev.id != first) continue;
       started = true;
-      auto r = run_here(ev, reader, ev, reader, config, req.rank, {}, {}, free ? &*free : nullptr);
+      auto r = run_here(ev, reader, ev, reader, event_config(req, config, ev), req.rank, {}, {}, free ? &*free : nullptr);
       mark_child(r);
       const bool stop = r.verdict == Verdict::kDiffers && !req.keep_going;
       out.results.push_back(std::move(r));
@@ -499,6 +515,8 @@ detail::Request base_request(const std::string& dir, const ReplayOptions& o) {
   req.dir = dir;
   req.rank = o.rank;
   req.config = effective_config(dir, o).to_string();
+  req.event_knobs = o.from_recorded;
+  req.user_config = o.config.to_string();
   req.expect_dir = o.expect_dir;
   req.expect_event = o.expect_event;
   req.expect_rank = o.expect_rank;

@@ -26,6 +26,11 @@ struct Request {
   std::string dir;
   int rank = 0;
   std::string config;  // Config::to_string() of the effective config
+  // Whether `config` starts from the recording's config (ReplayOptions::
+  // from_recorded): each event then replays under the knobs it recorded
+  // (with_event_knobs) with `user_config`, what the caller set, over them.
+  bool event_knobs = false;
+  std::string user_config;
   std::string event;   // kEvent, kWindow: the (first) event
   int64_t window = 0;  // kWindow: how many events
   std::string expect_dir, expect_event;

@@ -261,6 +261,57 @@ TEST_CASE("an event's autocast state, grad mode, default dtype and attention bac
   CHECK_THROWS_AS(fmts::default_dtype_of(fmts::kEventDefaultDtype | (200u << 24)), opguard::FormatError);
 }
 
+TEST_CASE("an event's in-process knobs round-trip in the optional /events/knobs column; a file without it reads as "
+          "not recorded; an unknown value is refused") {
+  TempDir tmp;
+  fmts::EventKnobs k;
+  k.threads = 3;
+  k.mkldnn = false;
+  k.deterministic = true;
+  k.flush_denormal = true;
+  k.matmul_precision = "medium";
+  const uint32_t bits = fmts::knob_bits(k);
+  const auto back = fmts::knobs_of(bits);
+  CHECK(back.threads == 3);
+  CHECK_FALSE(back.mkldnn);
+  CHECK(back.deterministic);
+  CHECK(back.flush_denormal);
+  CHECK(back.matmul_precision == "medium");
+  CHECK(fmts::knobs_of(fmts::knob_bits(1000, true, false, false, 0)).threads == 255);
+  CHECK_THROWS_AS(fmts::knobs_of(1u << 8), opguard::FormatError);          // no thread count
+  CHECK_THROWS_AS(fmts::knobs_of(1u | (3u << 11)), opguard::FormatError);  // precision 3
+  k.matmul_precision = "low";
+  CHECK_THROWS_AS(fmts::knob_bits(k), opguard::FormatError);
+
+  auto write = [&](const std::string& path, std::vector<std::optional<uint32_t>> knobs) {
+    fmts::StepWriter writer(path, 0, 0);
+    for (std::size_t i = 0; i < knobs.size(); ++i) {
+      fmts::Event e;
+      e.op = "aten::sum";
+      e.id = fmts::make_event_id(0, i);
+      e.seq = i;
+      e.knobs = knobs[i];
+      writer.add_event(e);
+    }
+    writer.close();
+  };
+  const std::string with = tmp / "step00000000.h5";
+  write(with, {bits, std::nullopt});
+  fmts::StepReader reader(with);
+  REQUIRE(reader.events().size() == 2);
+  CHECK(reader.events()[0].knobs == std::optional<uint32_t>(bits));
+  CHECK_FALSE(reader.events()[1].knobs.has_value());
+  CHECK(reader.columns().events.knobs.size() == 2);
+  const std::string without = tmp / "step00000001.h5";
+  write(without, {std::nullopt, std::nullopt});
+  fmts::StepReader old(without);
+  CHECK(old.columns().events.knobs.empty());  // no column, as in files recorded before it
+  CHECK_FALSE(old.events()[0].knobs.has_value());
+  const std::string bad = tmp / "step00000002.h5";
+  write(bad, {1u << 8});
+  CHECK_THROWS_AS(fmts::StepReader{bad}, opguard::FormatError);
+}
+
 TEST_CASE("a step file with no events and no data is valid") {
   TempDir tmp;
   const std::string path = tmp / "step00000000.h5";

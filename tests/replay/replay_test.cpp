@@ -32,6 +32,7 @@ const std::string kKnobOps = OPGUARD_KNOB_OPS_PY;
 const std::string kMixedOps = OPGUARD_MIXED_OPS_PY;
 const std::string kDenormalOps = OPGUARD_DENORMAL_OPS_PY;
 const std::string kSdpaOps = OPGUARD_SDPA_OPS_PY;
+const std::string kKnobSwitchOps = OPGUARD_KNOB_SWITCH_OPS_PY;
 const std::string kPython = OPGUARD_PYTHON_BIN;
 
 // Only the ops knob_ops.py wants compared keep full tensors: its 16M-float
@@ -48,7 +49,7 @@ void record(const TempDir& tmp, const std::string& out, const std::vector<std::s
 // Recordings shared by several test cases, made once per test binary run.
 struct Recordings {
   TempDir tmp;
-  std::string cpp, py, knobs, knobs_default, mixed, flushed, attention;
+  std::string cpp, py, knobs, knobs_default, mixed, flushed, attention, switched;
   Recordings() {
     cpp = tmp / "cpp";
     record(tmp, cpp, {"--dump-steps", "1"}, {kTinyGpt, "--steps", "2"});
@@ -63,6 +64,8 @@ struct Recordings {
     record(tmp, flushed, {"--dump-all"}, {kPython, kDenormalOps, "flush"});
     attention = tmp / "attention";
     record(tmp, attention, {"--dump-all"}, {kPython, kSdpaOps, "math"});
+    switched = tmp / "switched";
+    record(tmp, switched, {"--dump-all"}, {kPython, kKnobSwitchOps});
     knobs = tmp / "knobs";
     record(tmp, knobs, {"--dump-ops", kKnobDumpOps}, {kPython, kKnobOps});
     knobs_default = tmp / "knobs_default";
@@ -411,6 +414,38 @@ TEST_CASE("attention run under sdpa_kernel(MATH) is replayed with the math backe
   Result other = run({kOpguard, "show", recordings().attention, "--event", all.at("aten::randn").event},
                      recordings().tmp.path().string());
   CHECK(other.out.find("attention backends") == std::string::npos);
+}
+
+TEST_CASE("knobs the program changes between ops (threads, oneDNN) are recorded per op; each op replays under its own") {
+  // knob_switch_ops.py: a full sum under 2 threads then 1, a conv2d with
+  // oneDNN off then on. The manifest holds the values at the start and the
+  // end (threads 1 at the end); before the knobs were recorded per op, the
+  // first sum replayed on 1 thread and the first conv2d with oneDNN on, and
+  // both were said to differ.
+  std::vector<replay::ReplayResult> sums, convs;
+  for (const auto& r : replay::replay_all(recordings().switched, options())) {
+    if (r.op == "aten::sum") sums.push_back(r);
+    if (r.op == "aten::conv2d") convs.push_back(r);
+  }
+  REQUIRE(sums.size() == 2);
+  REQUIRE(convs.size() == 2);
+  for (const auto& r : {sums[0], sums[1], convs[0], convs[1]}) {
+    INFO(r.op << " " << r.event << ": " << r.message);
+    CHECK(r.verdict == replay::Verdict::kReproduces);
+  }
+  CHECK(sums[0].config.find("threads=2") != std::string::npos);
+  CHECK(sums[1].config.find("threads=1") != std::string::npos);
+  CHECK(convs[0].config.find("mkldnn=off") != std::string::npos);
+  CHECK(convs[1].config.find("mkldnn=on") != std::string::npos);
+  // What the caller sets still wins over what the op recorded.
+  CHECK(replay::replay_event(recordings().switched, sums[0].event, options("threads=1")).verdict ==
+        replay::Verdict::kDiffers);
+  CHECK(replay::replay_event(recordings().switched, convs[0].event, options("mkldnn=on")).verdict ==
+        replay::Verdict::kDiffers);
+  // show prints them.
+  Result show = run({kOpguard, "show", recordings().switched, "--event", convs[0].event},
+                    recordings().tmp.path().string());
+  CHECK(show.out.find("mkldnn=off") != std::string::npos);
 }
 
 TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "

@@ -116,6 +116,10 @@ struct Event {
   int64_t t_start_ns = 0;  // CLOCK_MONOTONIC, nanoseconds
   int64_t t_end_ns = 0;
   uint32_t flags = 0;  // the autocast state the op ran under (autocast_flags), kEventGradMode
+  // The in-process knobs the op ran under (knob_bits); nullopt where the
+  // step file has no /events/knobs column (recorded before it existed) or
+  // the row is 0.
+  std::optional<uint32_t> knobs;
   std::vector<Value> inputs;
   std::vector<Value> outputs;
 };
@@ -172,6 +176,29 @@ std::string sdp_text(const SdpBackends& b);
 std::optional<SdpBackends> parse_sdp(const std::string& text);
 // "cpu=bfloat16", "cpu=bfloat16,cuda=float16", "" when autocast is off.
 std::string autocast_text(const Autocast& a);
+
+// Event::knobs (/events/knobs): the in-process knobs an op ran under, read
+// by the recorder per op (the manifest has them only at the start and at a
+// clean end). Bits 0-7 intra-op threads (1-255, more read as 255), bit 8
+// oneDNN on, bit 9 deterministic algorithms, bit 10 denormals flushed on
+// the op's thread (MXCSR FTZ and DAZ), bits 11-12 float32 matmul precision.
+// 0: not recorded.
+struct EventKnobs {
+  int threads = 1;
+  bool mkldnn = true, deterministic = false, flush_denormal = false;
+  std::string matmul_precision = "highest";  // highest | high | medium
+};
+// Throws FormatError on a precision other than highest, high or medium.
+uint32_t knob_bits(const EventKnobs& k);
+// The same from the values as libtorch gives them; precision 0 highest, 1
+// high, 2 medium.
+inline uint32_t knob_bits(int threads, bool mkldnn, bool deterministic, bool flush_denormal, uint32_t precision) {
+  const auto t = static_cast<uint32_t>(threads < 1 ? 1 : threads > 255 ? 255 : threads);
+  return t | (mkldnn ? 1u << 8 : 0u) | (deterministic ? 1u << 9 : 0u) | (flush_denormal ? 1u << 10 : 0u) |
+         ((precision & 3u) << 11);
+}
+// Throws FormatError where the bits hold no thread count or an unknown precision.
+EventKnobs knobs_of(uint32_t bits);
 
 // Event ids: stream in the top 16 bits, the position in that stream below.
 // Events of the main thread print as plain numbers ("1234"); others as
@@ -270,6 +297,7 @@ struct StepColumns {
   struct Events {
     Column<uint64_t> id, seq, thread, value_begin;
     Column<uint32_t> stream, op, overload, schema, scope, node, flags, n_inputs, n_outputs;
+    Column<uint32_t> knobs;  // empty: the file has no /events/knobs column
     Column<int64_t> step, t_start_ns, t_end_ns;
     Column<uint8_t> phase;
     std::size_t size() const { return id.size(); }

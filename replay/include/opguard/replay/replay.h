@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "opguard/core/dtype.h"
+#include "opguard/formats/recording.h"
 #include "opguard/kernels/compare.h"
 
 namespace opguard::replay {
@@ -64,6 +65,15 @@ struct Config {
 // (threads, cpu_capability, mkldnn, deterministic, float32 matmul precision,
 // BLAS thread and MKL_CBWR environment variables).
 Config recorded_config(const std::string& recording_dir, int rank);
+// `run` (a recording's recorded_config) with the in-process knobs one of its
+// ops recorded (formats::Event::knobs: threads, mkldnn, deterministic,
+// float32_matmul_precision, flush_denormal) in place of the run's, which the
+// manifest holds only for the start and a clean end. Unchanged for an event
+// without them.
+Config with_event_knobs(Config run, const formats::Event& ev);
+// recorded_config with the knobs of one event (with_event_knobs). Throws
+// UsageError for an event the recording lacks.
+Config event_recorded_config(const std::string& recording_dir, int rank, const std::string& event_id);
 // The environment variables a recorded config carries (as env:NAME knobs) when
 // the recorded run had them; a config without one means "unset": trials, and
 // the programs of a repro bundle, run without it whatever their caller's
