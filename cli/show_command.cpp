@@ -10,6 +10,7 @@
 
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
+#include "opguard/replay/replay.h"
 #include "verbs.h"
 
 namespace opguard::cli {
@@ -178,14 +179,8 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
       const std::string sdp = formats::sdp_text(formats::sdp_backends_of(ev.flags));
       j["sdpa_backend"] = sdp;
-      // The in-process knobs the op ran under, in replay's spelling.
-      std::string knobs;
-      if (ev.knobs) {
-        const auto k = formats::knobs_of(*ev.knobs);
-        knobs = fmt::format("threads={},mkldnn={},deterministic={},float32_matmul_precision={}{}", k.threads,
-                            k.mkldnn ? "on" : "off", k.deterministic ? "on" : "off", k.matmul_precision,
-                            k.flush_denormal ? ",flush_denormal=on" : "");
-      }
+      // The in-process knobs the op ran under, as replay sets them.
+      const std::string knobs = replay::with_event_knobs(replay::Config{}, ev).to_string();
       j["knobs"] = knobs;
       j["file"] = path;
       text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
