@@ -92,6 +92,19 @@ std::string state_difference(const Event& a, const Event& b) {
       parts.push_back(fmt::format("float32 matmul precision {} | {}", ka.matmul_precision, kb.matmul_precision));
     if (ka.flush_denormal != kb.flush_denormal)
       parts.push_back(fmt::format("denormals flushed {} | {}", on_off(ka.flush_denormal), on_off(kb.flush_denormal)));
+    if (ka.gpu && kb.gpu) {
+      const auto &ga = *ka.gpu, &gb = *kb.gpu;
+      auto flag = [&](const char* what, bool x, bool y) {
+        if (x != y) parts.push_back(fmt::format("{} {} | {}", what, on_off(x), on_off(y)));
+      };
+      flag("TF32 cuBLAS matmul", ga.tf32_cublas, gb.tf32_cublas);
+      flag("TF32 cuDNN convolution", ga.tf32_cudnn, gb.tf32_cudnn);
+      flag("cuDNN benchmark", ga.cudnn_benchmark, gb.cudnn_benchmark);
+      flag("cuDNN deterministic", ga.cudnn_deterministic, gb.cudnn_deterministic);
+      const auto ra = formats::reduction_text(ga.fp16_reduction, ga.bf16_reduction);
+      const auto rb = formats::reduction_text(gb.fp16_reduction, gb.bf16_reduction);
+      if (ra != rb) parts.push_back(fmt::format("reduced-precision GEMM reduction {} | {}", ra, rb));
+    }
   }
   // Grad mode and requires_grad only where both recordings have the flags
   // (recorded together with the default dtype).

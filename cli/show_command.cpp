@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -179,9 +180,18 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["default_dtype"] = default_dtype ? std::string(dtype_name(*default_dtype)) : std::string();
       const std::string sdp = formats::sdp_text(formats::sdp_backends_of(ev.flags));
       j["sdpa_backend"] = sdp;
-      // The in-process knobs the op ran under, as replay sets them.
-      const std::string knobs = replay::with_event_knobs(replay::Config{}, ev).to_string();
+      // The in-process knobs the op ran under, as replay sets them; the CUDA
+      // ones apart (printed where one is not torch's default).
+      replay::Config cpu_knobs, cuda_knobs;
+      for (const auto& [k, v] : replay::with_event_knobs(replay::Config{}, ev, replay::GpuKnobs::kAlways).knobs) {
+        const auto info = std::find_if(replay::knob_table().begin(), replay::knob_table().end(),
+                                       [&](const replay::KnobInfo& i) { return i.name == k; });
+        (info != replay::knob_table().end() && info->needs_cuda ? cuda_knobs : cpu_knobs).set(k, v);
+      }
+      const std::string knobs = cpu_knobs.to_string(), cuda = cuda_knobs.to_string();
+      const auto recorded = ev.knobs ? formats::knobs_of(*ev.knobs).gpu : std::nullopt;
       j["knobs"] = knobs;
+      j["cuda_knobs"] = cuda;
       j["file"] = path;
       text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
                           formats::phase_name(ev.phase), ev.op, ev.overload.empty() ? "" : "." + ev.overload);
@@ -193,6 +203,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
         text += fmt::format("  default dtype {}\n", dtype_name(*default_dtype));
       if (sdp != "all") text += fmt::format("  attention backends {} (sdpa_backend)\n", sdp);
       if (!knobs.empty()) text += fmt::format("  knobs   {}\n", knobs);
+      if (recorded && *recorded != formats::GpuKnobs{}) text += fmt::format("  cuda knobs {}\n", cuda);
       text += fmt::format("  thread  {} (stream {})  {:.1f} us\n", ev.thread, ev.stream,
                           (ev.t_end_ns - ev.t_start_ns) / 1000.0);
       text += "  inputs\n";

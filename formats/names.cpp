@@ -89,7 +89,8 @@ uint32_t knob_bits(const EventKnobs& k) {
   while (precision < kMatmulPrecisions.size() && k.matmul_precision != kMatmulPrecisions[precision]) ++precision;
   if (precision == kMatmulPrecisions.size())
     throw FormatError("'" + k.matmul_precision + "' is not a float32 matmul precision");
-  return knob_bits(k.threads, k.mkldnn, k.deterministic, k.flush_denormal, precision);
+  return knob_bits(k.threads, k.mkldnn, k.deterministic, k.flush_denormal, precision) |
+         (k.gpu ? gpu_knob_bits(*k.gpu) : 0u);
 }
 
 EventKnobs knobs_of(uint32_t bits) {
@@ -102,7 +103,22 @@ EventKnobs knobs_of(uint32_t bits) {
   k.deterministic = (bits & (1u << 9)) != 0;
   k.flush_denormal = (bits & (1u << 10)) != 0;
   k.matmul_precision = kMatmulPrecisions[precision];
+  if (bits & kKnobsGpuRecorded) {
+    GpuKnobs g;
+    g.tf32_cublas = (bits & (1u << 14)) != 0;
+    g.tf32_cudnn = (bits & (1u << 15)) != 0;
+    g.cudnn_benchmark = (bits & (1u << 16)) != 0;
+    g.cudnn_deterministic = (bits & (1u << 17)) != 0;
+    g.fp16_reduction = (bits & (1u << 18)) != 0;
+    g.bf16_reduction = (bits & (1u << 19)) != 0;
+    k.gpu = g;
+  }
   return k;
+}
+
+std::string reduction_text(bool fp16, bool bf16) {
+  if (fp16 == bf16) return fp16 ? "on" : "off";
+  return fp16 ? "fp16" : "bf16";
 }
 
 std::string sdp_text(const SdpBackends& b) {

@@ -39,9 +39,6 @@
 #include <sys/stat.h>
 #include <unordered_map>
 #include <xxhash.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
 
 #include "opguard/core/error.h"
 #include "opguard/core/written_arguments.h"
@@ -1127,30 +1124,6 @@ uint32_t sdp_flags() {
                              ctx.userEnabledCuDNNSDP()});
 }
 
-// The in-process knobs this op runs under (Event::knobs); 0 (not recorded)
-// where libtorch refuses to say (float32MatmulPrecision throws when the
-// per-backend precisions disagree).
-uint32_t current_knobs() {
-  const auto& ctx = at::globalContext();
-  uint32_t precision = 0;
-  try {
-    switch (ctx.float32MatmulPrecision()) {
-      case at::Float32MatmulPrecision::HIGHEST: precision = 0; break;
-      case at::Float32MatmulPrecision::HIGH: precision = 1; break;
-      case at::Float32MatmulPrecision::MEDIUM: precision = 2; break;
-    }
-  } catch (const std::exception&) {
-    return 0;
-  }
-  bool flushed = false;
-#if defined(__x86_64__) || defined(__i386__)
-  constexpr unsigned kFtzDaz = 0x8040;  // as run_info.cpp reads it for the manifest
-  flushed = (_mm_getcsr() & kFtzDaz) == kFtzDaz;
-#endif
-  return formats::knob_bits(at::get_num_threads(), ctx.userEnabledMkldnn(), ctx.deterministicAlgorithms(), flushed,
-                            precision);
-}
-
 Phase current_phase(const ThreadState& ts) {
   if (!ts.nodes.empty()) return Phase::kBackward;
   const bool grad = at::GradMode::is_enabled();
@@ -1374,8 +1347,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.phase = phase;
   ev.flags = autocast_flags() | default_dtype_flags() | sdp_flags() |
              (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
-  const uint32_t knobs = current_knobs();
-  ev.knobs = knobs != 0 ? std::optional<uint32_t>(knobs) : std::nullopt;  // a spare event keeps its last value
+  ev.knobs = current_knobs();
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -23,6 +23,11 @@ void stop_recording();
 // Records `tensor` as an event "opguard::mark" (a boundary).
 void mark_tensor(const at::Tensor& tensor, const std::string& name);
 
+// The in-process knobs the calling thread's next op runs under, as
+// Event::knobs bits (formats::knob_bits, gpu_knob_bits): read per op on the
+// training thread, so cheap (about 0.1 us) and never throwing (run_info.cpp).
+uint32_t current_knobs();
+
 // Manifest facts: the numerics knobs of the process (run_info.cpp).
 void collect_run_info(formats::Manifest& manifest);
 void collect_end_info(formats::Manifest& manifest);

@@ -85,14 +85,50 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
   constexpr unsigned kFtzDaz = 0x8040;
   info["flush_denormal" + suffix] = (_mm_getcsr() & kFtzDaz) == kFtzDaz ? "1" : "0";
 #endif
-  switch (ctx.float32MatmulPrecision()) {
-    case at::Float32MatmulPrecision::HIGHEST: info["float32_matmul_precision" + suffix] = "highest"; break;
-    case at::Float32MatmulPrecision::HIGH: info["float32_matmul_precision" + suffix] = "high"; break;
-    case at::Float32MatmulPrecision::MEDIUM: info["float32_matmul_precision" + suffix] = "medium"; break;
+  // The per-op knobs' reading (never throwing, unlike
+  // float32MatmulPrecision() once a program used the per-backend API).
+  const auto knobs = formats::knobs_of(current_knobs());
+  info["float32_matmul_precision" + suffix] = knobs.matmul_precision;
+  if (knobs.gpu) {
+    auto on_off = [](bool v) { return v ? "on" : "off"; };
+    info["tf32_cublas" + suffix] = on_off(knobs.gpu->tf32_cublas);
+    info["tf32_cudnn" + suffix] = on_off(knobs.gpu->tf32_cudnn);
+    info["cudnn_benchmark" + suffix] = on_off(knobs.gpu->cudnn_benchmark);
+    info["cudnn_deterministic" + suffix] = on_off(knobs.gpu->cudnn_deterministic);
+    info["reduced_precision_reduction" + suffix] =
+        formats::reduction_text(knobs.gpu->fp16_reduction, knobs.gpu->bf16_reduction);
   }
 }
 
 }  // namespace
+
+uint32_t current_knobs() {
+  const auto& ctx = at::globalContext();
+  // Precisions by backend (torch.backends.{cuda,mkldnn}.matmul.fp32_precision;
+  // the legacy torch.set_float32_matmul_precision sets both): the one for
+  // the CPU's oneDNN matmul spelled as the legacy value (ieee highest, tf32
+  // high, bf16 medium), the CUDA one as TF32 on or off. NONE inherits and
+  // ends at ieee.
+  using P = at::Float32Precision;
+  const P cpu = ctx.float32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL);
+  const uint32_t precision = cpu == P::TF32 ? 1u : cpu == P::BF16 ? 2u : 0u;
+  bool flushed = false;
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr unsigned kFtzDaz = 0x8040;  // as collect_knobs reads it for the manifest
+  flushed = (_mm_getcsr() & kFtzDaz) == kFtzDaz;
+#endif
+  formats::GpuKnobs g;
+  g.tf32_cublas = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == P::TF32;
+  g.tf32_cudnn = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV) == P::TF32;
+  g.cudnn_benchmark = ctx.benchmarkCuDNN();
+  g.cudnn_deterministic = ctx.deterministicCuDNN();
+  using R = at::CuBLASReductionOption;
+  g.fp16_reduction = ctx.allowFP16ReductionCuBLAS() == R::AllowReducedPrecisionWithSplitK;
+  g.bf16_reduction = ctx.allowBF16ReductionCuBLAS() == R::AllowReducedPrecisionWithSplitK;
+  return formats::knob_bits(at::get_num_threads(), ctx.userEnabledMkldnn(), ctx.deterministicAlgorithms(), flushed,
+                            precision) |
+         formats::gpu_knob_bits(g);
+}
 
 std::string iso_time_now() {
   std::time_t t = std::time(nullptr);

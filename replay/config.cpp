@@ -74,14 +74,15 @@ std::vector<KnobInfo> make_table() {
                           "(torch.backends.cudnn.benchmark)"},
       {"cudnn_deterministic", "deterministic cuDNN algorithms only (torch.backends.cudnn.deterministic)"},
       {"reduced_precision_reduction", "fp16 and bf16 cuBLAS GEMMs may accumulate in reduced precision "
-                                      "(allow_fp16/bf16_reduced_precision_reduction)"},
+                                      "(allow_fp16/bf16_reduced_precision_reduction): on (both), off (neither), "
+                                      "fp16 or bf16 (that one only)"},
       {"cublas_workspace_config", "CUBLAS_WORKSPACE_CONFIG for the trial: the cuBLAS workspace, which decides "
                                   "split-K reductions (:4096:8 and :16:8 are the deterministic settings)"},
   };
   for (const auto& g : gpu) {
     const std::string name = g[0];
     const bool workspace = name == "cublas_workspace_config";  // an environment variable: a child process
-    add(name, workspace ? ":N:M (:4096:8, :16:8)" : "on|off",
+    add(name, workspace ? ":N:M (:4096:8, :16:8)" : name == "reduced_precision_reduction" ? "on|off|fp16|bf16" : "on|off",
         g[1], workspace);
     t.back().needs_cuda = true;
   }
@@ -151,6 +152,7 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
       if (!ok) throw UsageError("cublas_workspace_config=" + v + " is not :SIZE_KIB:COUNT, for example :4096:8");
       return v;
     }
+    if (knob == "reduced_precision_reduction" && (v == "fp16" || v == "bf16")) return v;
     return canonical_bool(knob, v);
   }
   if (knob == "threads" || knob == "blas_threads" || knob == "tp" || knob == "microbatches")
@@ -295,7 +297,7 @@ Config recorded_config(const std::string& recording_dir, int rank) {
   return c;
 }
 
-Config with_event_knobs(Config run, const formats::Event& ev) {
+Config with_event_knobs(Config run, const formats::Event& ev, GpuKnobs gpu) {
   if (!ev.knobs) return run;
   const auto k = formats::knobs_of(*ev.knobs);
   run.set("threads", std::to_string(k.threads));
@@ -304,6 +306,16 @@ Config with_event_knobs(Config run, const formats::Event& ev) {
   run.set("float32_matmul_precision", k.matmul_precision);
   // As recorded_config: named where on, or where the run's value said on.
   if (k.flush_denormal || run.get("flush_denormal")) run.set("flush_denormal", k.flush_denormal ? "on" : "off");
+  const auto device = run.get("device");
+  const bool cuda = device && device->rfind("cuda", 0) == 0;
+  if (k.gpu && (gpu == GpuKnobs::kAlways || cuda)) {
+    auto on_off = [](bool v) { return v ? "on" : "off"; };
+    run.set("tf32_cublas", on_off(k.gpu->tf32_cublas));
+    run.set("tf32_cudnn", on_off(k.gpu->tf32_cudnn));
+    run.set("cudnn_benchmark", on_off(k.gpu->cudnn_benchmark));
+    run.set("cudnn_deterministic", on_off(k.gpu->cudnn_deterministic));
+    run.set("reduced_precision_reduction", formats::reduction_text(k.gpu->fp16_reduction, k.gpu->bf16_reduction));
+  }
   return run;
 }
 

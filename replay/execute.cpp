@@ -362,8 +362,8 @@ class SettingsScope {
     const formats::SdpBackends sdp = s.sdpa_backend.value_or(recorded_sdp);
     set_sdp(sdp.math, sdp.flash, sdp.efficient, sdp.cudnn);
     // The GPU knobs (validated against a CUDA device when the config was parsed).
-    gpu_ = s.tf32_cublas || s.tf32_cudnn || s.cudnn_benchmark || s.cudnn_deterministic ||
-           s.reduced_precision_reduction;
+    gpu_ = s.tf32_cublas || s.tf32_cudnn || s.cudnn_benchmark || s.cudnn_deterministic || s.fp16_reduction ||
+           s.bf16_reduction;
     if (!gpu_) return;
     tf32_cublas_ = ctx.allowTF32CuBLAS();
     tf32_cudnn_ = ctx.allowTF32CuDNN();
@@ -375,10 +375,8 @@ class SettingsScope {
     if (s.tf32_cudnn) ctx.setAllowTF32CuDNN(*s.tf32_cudnn);
     if (s.cudnn_benchmark) ctx.setBenchmarkCuDNN(*s.cudnn_benchmark);
     if (s.cudnn_deterministic) ctx.setDeterministicCuDNN(*s.cudnn_deterministic);
-    if (s.reduced_precision_reduction) {
-      ctx.setAllowFP16ReductionCuBLAS(*s.reduced_precision_reduction);
-      ctx.setAllowBF16ReductionCuBLAS(*s.reduced_precision_reduction);
-    }
+    if (s.fp16_reduction) ctx.setAllowFP16ReductionCuBLAS(*s.fp16_reduction);
+    if (s.bf16_reduction) ctx.setAllowBF16ReductionCuBLAS(*s.bf16_reduction);
   }
   ~SettingsScope() {
     auto& ctx = at::globalContext();

@@ -32,7 +32,8 @@ struct Settings {
   // device=cuda:N: inputs are rebuilt on the CPU and copied there, outputs
   // copied back before they are compared. The GPU knobs apply around the call.
   std::optional<std::string> device;
-  std::optional<bool> tf32_cublas, tf32_cudnn, cudnn_benchmark, cudnn_deterministic, reduced_precision_reduction;
+  std::optional<bool> tf32_cublas, tf32_cudnn, cudnn_benchmark, cudnn_deterministic;
+  std::optional<bool> fp16_reduction, bf16_reduction;  // reduced_precision_reduction, set together
   // The scaled_dot_product_attention backends enabled; unset: those the
   // event records (all of them in recordings made before it did).
   std::optional<formats::SdpBackends> sdpa_backend;

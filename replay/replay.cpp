@@ -96,7 +96,10 @@ detail::Settings settings_of(const Config& c) {
   if (auto v = c.get("tf32_cudnn")) s.tf32_cudnn = *v == "on";
   if (auto v = c.get("cudnn_benchmark")) s.cudnn_benchmark = *v == "on";
   if (auto v = c.get("cudnn_deterministic")) s.cudnn_deterministic = *v == "on";
-  if (auto v = c.get("reduced_precision_reduction")) s.reduced_precision_reduction = *v == "on";
+  if (auto v = c.get("reduced_precision_reduction")) {
+    s.fp16_reduction = *v == "on" || *v == "fp16";
+    s.bf16_reduction = *v == "on" || *v == "bf16";
+  }
   if (auto v = c.get("sdpa_backend")) s.sdpa_backend = formats::parse_sdp(*v);
   return s;
 }

@@ -26,6 +26,7 @@ namespace {
 using namespace opguard;
 using namespace opguard::testing;
 using bisect::EventClass;
+namespace fmts = opguard::formats;
 
 uint64_t mix(const std::string& op, const std::vector<uint64_t>& words) {
   std::string buf = op;
@@ -42,6 +43,7 @@ class Sim {
   std::string scope;
   std::set<std::string> perturb;  // "op@scope" whose outputs get other bits
   int perturb_call = -1;          // only that call of the perturbed op (-1: all)
+  std::optional<uint32_t> knobs;  // every op's Event::knobs
 
   // A tensor from outside the recording (a batch, a loaded parameter).
   T outside(uint64_t fp, std::vector<int64_t> sizes = {4}) { return T{next_storage_++, 0, fp, sizes}; }
@@ -89,6 +91,7 @@ class Sim {
     Op o;
     o.name = op;
     o.scope = scope;
+    o.knobs = knobs;
     o.phase = phase;
     const char* names[] = {"self", "other", "third", "fourth"};
     for (std::size_t i = 0; i < in.size(); ++i) o.inputs.push_back(tensor(names[i % 4], in[i]));
@@ -233,6 +236,41 @@ TEST_CASE("one op changed in the middle: it is the origin, its consumers propaga
   // Step 2: every event reads the changed weights: nothing is a new origin.
   CHECK(d.report.origins.size() == 1);
   CHECK(d.report.diverged);
+}
+
+TEST_CASE("the first divergent op's state note names the CUDA knobs that differ, where both runs recorded them") {
+  // A GPU run with TF32 cuBLAS matmul and cuDNN benchmark on, bf16 reductions
+  // off, against one under torch's defaults: the note names the three. A
+  // reference recorded before the CUDA knobs were (bit 13 clear) names none.
+  const uint32_t cpu = fmts::knob_bits(4, true, false, false, 0);
+  fmts::GpuKnobs tf32;
+  tf32.tf32_cublas = true;
+  tf32.cudnn_benchmark = true;
+  tf32.bf16_reduction = false;
+  for (const bool ref_has_gpu : {true, false}) {
+    TempDir dir;
+    Run a, b;
+    Sim sa(a), sb(b);
+    sa.knobs = cpu | (ref_has_gpu ? fmts::gpu_knob_bits({}) : 0u);
+    sb.knobs = cpu | fmts::gpu_knob_bits(tf32);
+    sb.perturb = {"aten::gelu@act"};
+    train(sa, 2);
+    train(sb, 2);
+    const auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    const auto& f = *d.report.first_divergent;
+    CHECK(f.op == "aten::gelu");
+    INFO(f.state_note);
+    if (ref_has_gpu) {
+      CHECK(f.state_note.find("TF32 cuBLAS matmul off | on") != std::string::npos);
+      CHECK(f.state_note.find("cuDNN benchmark off | on") != std::string::npos);
+      CHECK(f.state_note.find("reduced-precision GEMM reduction on | fp16") != std::string::npos);
+      CHECK(f.state_note.find("cuDNN convolution") == std::string::npos);  // equal in both
+      CHECK(f.state_note.find("threads") == std::string::npos);
+    } else {
+      CHECK(f.state_note.empty());
+    }
+  }
 }
 
 TEST_CASE("an event that consumes only unchanged tensors after an origin stays same") {

@@ -74,6 +74,7 @@ struct Op {
   Phase phase = Phase::kForward;
   std::string overload{};
   std::string node{};  // autograd node of a backward op
+  std::optional<uint32_t> knobs{};  // Event::knobs
 };
 
 // One run of one rank: events appended step by step, written by write().
@@ -105,6 +106,7 @@ class Run {
     e.t_end_ns = end_ns;
     e.inputs = op.inputs;
     e.outputs = op.outputs;
+    e.knobs = op.knobs;
     steps_[step].push_back(e);
     return e.id;
   }

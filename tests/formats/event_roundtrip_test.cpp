@@ -280,6 +280,32 @@ TEST_CASE("an event's in-process knobs round-trip in the optional /events/knobs 
   CHECK(fmts::knobs_of(fmts::knob_bits(1000, true, false, false, 0)).threads == 255);
   CHECK_THROWS_AS(fmts::knobs_of(1u << 8), opguard::FormatError);          // no thread count
   CHECK_THROWS_AS(fmts::knobs_of(1u | (3u << 11)), opguard::FormatError);  // precision 3
+  CHECK_FALSE(back.gpu.has_value());  // bit 13 clear: as every file recorded before the CUDA knobs
+  // The CUDA knobs (bits 13-19): every one of them round-trips, alone.
+  for (int flip = 0; flip < 6; ++flip) {
+    fmts::GpuKnobs g;
+    bool* fields[] = {&g.tf32_cublas, &g.tf32_cudnn, &g.cudnn_benchmark, &g.cudnn_deterministic, &g.fp16_reduction,
+                      &g.bf16_reduction};
+    *fields[flip] = !*fields[flip];
+    k.gpu = g;
+    const auto again = fmts::knobs_of(fmts::knob_bits(k));
+    INFO("flipped field " << flip);
+    REQUIRE(again.gpu.has_value());
+    CHECK(*again.gpu == g);
+    CHECK(*again.gpu != fmts::GpuKnobs{});
+    CHECK(again.matmul_precision == "medium");
+    CHECK(again.threads == 3);
+  }
+  // torch's defaults: TF32 in cuDNN only, reduced-precision reductions allowed.
+  const auto defaults = fmts::knobs_of(fmts::knob_bits(1, true, false, false, 0) | fmts::gpu_knob_bits({}));
+  CHECK(defaults.gpu == std::optional<fmts::GpuKnobs>(fmts::GpuKnobs{}));
+  CHECK_FALSE(defaults.gpu->tf32_cublas);
+  CHECK(defaults.gpu->tf32_cudnn);
+  CHECK(fmts::reduction_text(true, true) == "on");
+  CHECK(fmts::reduction_text(false, false) == "off");
+  CHECK(fmts::reduction_text(true, false) == "fp16");
+  CHECK(fmts::reduction_text(false, true) == "bf16");
+  k.gpu.reset();
   k.matmul_precision = "low";
   CHECK_THROWS_AS(fmts::knob_bits(k), opguard::FormatError);
 

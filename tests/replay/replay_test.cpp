@@ -9,12 +9,14 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
 
 #include "../support/process.h"
 #include "opguard/core/error.h"
+#include "opguard/formats/recording.h"
 #include "opguard/replay/replay.h"
 
 using opguard::testing::Result;
@@ -446,6 +448,56 @@ TEST_CASE("knobs the program changes between ops (threads, oneDNN) are recorded 
   Result show = run({kOpguard, "show", recordings().switched, "--event", convs[0].event},
                     recordings().tmp.path().string());
   CHECK(show.out.find("mkldnn=off") != std::string::npos);
+  CHECK(show.out.find("cuda knobs") == std::string::npos);  // torch's defaults then
+}
+
+TEST_CASE("the CUDA knobs are recorded per op, also when set through the per-backend API; they join a replay on a "
+          "CUDA device only") {
+  // knob_switch_ops.py ends with torch.backends.cuda.matmul.fp32_precision =
+  // "tf32", cudnn.benchmark on and bf16 reduced-precision reductions off, then
+  // an mm. libtorch's float32MatmulPrecision() throws from the first on: the
+  // recorder read it for the manifest at the end and lost the clean end.
+  const std::string dir = recordings().switched;
+  Result ls = run({kOpguard, "ls", dir}, recordings().tmp.path().string());
+  CHECK(ls.out.find("clean exit") != std::string::npos);
+  const std::string mm = event_of(dir, "aten::mm");
+  Result show = run({kOpguard, "show", dir, "--event", mm, "--json"}, recordings().tmp.path().string());
+  const auto j = nlohmann::json::parse(show.out);
+  CHECK(j["cuda_knobs"] == "tf32_cublas=on,tf32_cudnn=on,cudnn_benchmark=on,cudnn_deterministic=off,"
+                           "reduced_precision_reduction=fp16");
+  CHECK(j["knobs"].get<std::string>().find("tf32") == std::string::npos);
+  CHECK(j["knobs"].get<std::string>().find("float32_matmul_precision=highest") != std::string::npos);
+  // On the CPU they are left out (they need a CUDA device); the mm replays.
+  const auto r = replay::replay_event(dir, mm, options());
+  INFO(r.message);
+  CHECK(r.verdict == replay::Verdict::kReproduces);
+  CHECK(r.config.find("tf32") == std::string::npos);
+  // With a CUDA device named they join (Config::set: no device needed here).
+  const opguard::formats::Event ev = [&] {
+    const auto layout = opguard::formats::scan_recording(dir);
+    for (const auto& [step, path] : layout.ranks.at(0).steps) {
+      const opguard::formats::StepReader reader(path);
+      for (const auto& e : reader.events())
+        if (opguard::formats::event_id_string(e.id) == mm) return e;
+    }
+    FAIL("no event " << mm);
+    return opguard::formats::Event{};
+  }();
+  replay::Config cuda;
+  cuda.set("device", "cuda:0");
+  const std::string joined = replay::with_event_knobs(cuda, ev).to_string();
+  CHECK(joined.find("tf32_cublas=on") != std::string::npos);
+  CHECK(joined.find("cudnn_benchmark=on") != std::string::npos);
+  CHECK(joined.find("reduced_precision_reduction=fp16") != std::string::npos);
+  CHECK(replay::with_event_knobs(replay::Config{}, ev).to_string().find("tf32") == std::string::npos);
+  CHECK(replay::with_event_knobs(replay::Config{}, ev, replay::GpuKnobs::kAlways).to_string().find("tf32_cublas=on") !=
+        std::string::npos);
+  // The knob takes the one-dtype values (validated where a GPU is).
+  const auto& table = replay::knob_table();
+  const auto info = std::find_if(table.begin(), table.end(),
+                                 [](const replay::KnobInfo& k) { return k.name == "reduced_precision_reduction"; });
+  REQUIRE(info != table.end());
+  CHECK(info->values == "on|off|fp16|bf16");
 }
 
 TEST_CASE("opguard replay: exit 0 when it reproduces, 3 when a knob makes it differ, 65 with the re-record command "

@@ -181,13 +181,29 @@ std::string autocast_text(const Autocast& a);
 // by the recorder per op (the manifest has them only at the start and at a
 // clean end). Bits 0-7 intra-op threads (1-255, more read as 255), bit 8
 // oneDNN on, bit 9 deterministic algorithms, bit 10 denormals flushed on
-// the op's thread (MXCSR FTZ and DAZ), bits 11-12 float32 matmul precision.
-// 0: not recorded.
+// the op's thread (MXCSR FTZ and DAZ), bits 11-12 float32 matmul precision
+// of the CPU's oneDNN matmul (0 highest, 1 high, 2 medium: ieee, tf32, bf16).
+// Bit 13: the CUDA knobs are recorded, in bits 14-19: cuBLAS fp32 matmul in
+// TF32, cuDNN fp32 convolutions in TF32, cuDNN benchmark, cuDNN
+// deterministic, fp16 and bf16 GEMMs allowed to reduce in reduced precision.
+// Bits above 19 are not used (a reader ignores them). 0: not recorded.
+struct GpuKnobs {
+  bool tf32_cublas = false, tf32_cudnn = true, cudnn_benchmark = false, cudnn_deterministic = false;
+  bool fp16_reduction = true, bf16_reduction = true;  // reduced-precision reductions allowed
+  bool operator==(const GpuKnobs& o) const {
+    return tf32_cublas == o.tf32_cublas && tf32_cudnn == o.tf32_cudnn && cudnn_benchmark == o.cudnn_benchmark &&
+           cudnn_deterministic == o.cudnn_deterministic && fp16_reduction == o.fp16_reduction &&
+           bf16_reduction == o.bf16_reduction;
+  }
+  bool operator!=(const GpuKnobs& o) const { return !(*this == o); }
+};
 struct EventKnobs {
   int threads = 1;
   bool mkldnn = true, deterministic = false, flush_denormal = false;
   std::string matmul_precision = "highest";  // highest | high | medium
+  std::optional<GpuKnobs> gpu;               // nullopt: recorded before bit 13 existed
 };
+constexpr uint32_t kKnobsGpuRecorded = 1u << 13;
 // Throws FormatError on a precision other than highest, high or medium.
 uint32_t knob_bits(const EventKnobs& k);
 // The same from the values as libtorch gives them; precision 0 highest, 1
@@ -197,8 +213,17 @@ inline uint32_t knob_bits(int threads, bool mkldnn, bool deterministic, bool flu
   return t | (mkldnn ? 1u << 8 : 0u) | (deterministic ? 1u << 9 : 0u) | (flush_denormal ? 1u << 10 : 0u) |
          ((precision & 3u) << 11);
 }
+// Bits 13-19 for the CUDA knobs (kKnobsGpuRecorded included).
+inline uint32_t gpu_knob_bits(const GpuKnobs& g) {
+  return kKnobsGpuRecorded | (g.tf32_cublas ? 1u << 14 : 0u) | (g.tf32_cudnn ? 1u << 15 : 0u) |
+         (g.cudnn_benchmark ? 1u << 16 : 0u) | (g.cudnn_deterministic ? 1u << 17 : 0u) |
+         (g.fp16_reduction ? 1u << 18 : 0u) | (g.bf16_reduction ? 1u << 19 : 0u);
+}
 // Throws FormatError where the bits hold no thread count or an unknown precision.
 EventKnobs knobs_of(uint32_t bits);
+// The value of replay's reduced_precision_reduction knob: "on" (fp16 and
+// bf16 allowed), "off" (neither), "fp16" or "bf16" (that one only).
+std::string reduction_text(bool fp16, bool bf16);
 
 // Event ids: stream in the top 16 bits, the position in that stream below.
 // Events of the main thread print as plain numbers ("1234"); others as

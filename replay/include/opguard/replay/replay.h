@@ -70,7 +70,12 @@ Config recorded_config(const std::string& recording_dir, int rank);
 // float32_matmul_precision, flush_denormal) in place of the run's, which the
 // manifest holds only for the start and a clean end. Unchanged for an event
 // without them.
-Config with_event_knobs(Config run, const formats::Event& ev);
+// The CUDA knobs (tf32_cublas, tf32_cudnn, cudnn_benchmark,
+// cudnn_deterministic, reduced_precision_reduction) join where `run` names a
+// CUDA device (they need one: Config::parse refuses them without), or
+// always with kAlways (to print them).
+enum class GpuKnobs { kWhereCuda, kAlways };
+Config with_event_knobs(Config run, const formats::Event& ev, GpuKnobs gpu = GpuKnobs::kWhereCuda);
 // recorded_config with the knobs of one event (with_event_knobs). Throws
 // UsageError for an event the recording lacks.
 Config event_recorded_config(const std::string& recording_dir, int rank, const std::string& event_id);
