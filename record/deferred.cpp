@@ -145,8 +145,19 @@ void DeferredHashing::release(void* p) {
 
 // --- the hashing thread -------------------------------------------------------
 
+namespace {
+
+int affinity_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
 Hasher::Hasher(Writer& writer, std::function<void(PendingEvent&)> settle, uint32_t test_delay_us)
-    : writer_(writer), settle_(std::move(settle)), test_delay_us_(test_delay_us) {
+    : writer_(writer), settle_(std::move(settle)), test_delay_us_(test_delay_us), cpus_(affinity_cpus()) {
   thread_ = std::thread([this] { thread_main(); });
 }
 
@@ -173,6 +184,21 @@ void Hasher::push(std::unique_ptr<PendingEvent> event) {
       // finish() has run: hash here and hand on, in order behind what it drained.
       lock.unlock();
       hand_on(std::move(event));
+      return;
+    }
+    if (!spare_core() && queue_.empty() && !handing_ &&
+        !(event && std::any_of(event->tasks.begin(), event->tasks.end(),
+                               [](const auto& t) { return t && t->deferred_data != nullptr; }))) {
+      // No core for this thread, nothing of this stage ahead of the event and
+      // nothing to hash: hand it on here (in order: under the lock), as
+      // without this stage, rather than wake this thread (a context switch
+      // on a busy core per operator).
+      if (event) {
+        settle_(*event);
+        writer_.enqueue_admitted(std::move(event));
+      } else {
+        writer_.end_step();
+      }
       return;
     }
     Item item{std::move(event)};
@@ -204,11 +230,14 @@ void Hasher::thread_main() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      handing_ = false;  // the last batch is with the writer
       if (queue_.empty() && !stopping_) {
         // Spin a while before sleeping: the next operator usually comes within
         // microseconds, and a sleeping thread costs its producer a futex wake.
+        // Not where the program's threads take every core (the class comment).
+        const int spin_limit = spare_core() ? 400000 : 0;
         lock.unlock();
-        for (int spins = 0; spins < 400000 && queued_.load(std::memory_order_acquire) == 0; ++spins) cpu_relax();
+        for (int spins = 0; spins < spin_limit && queued_.load(std::memory_order_acquire) == 0; ++spins) cpu_relax();
         lock.lock();
         sleeping_ = true;
         wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
@@ -216,6 +245,7 @@ void Hasher::thread_main() {
       }
       if (queue_.empty() && stopping_) break;
       batch.swap(queue_);
+      handing_ = true;
       queued_.store(0, std::memory_order_release);
     }
     room_.notify_all();

@@ -97,8 +97,13 @@ class DeferredHashing {
 // The stage between the training threads and the writer when hashing is
 // deferred: takes events (and step ends) in order, fingerprints their
 // deferred tensors with `settle`, and hands them on to the writer in the same
-// order. It spins briefly when its queue runs dry, so that the training
-// thread does not pay a futex wake per operator.
+// order. When its queue runs dry it spins a while before it sleeps, so that
+// the training thread does not pay a futex wake per operator, but only while
+// the program leaves a core spare: a program whose intra-op threads take
+// every core the process may run on would lose that core to the spin (the
+// OpenMP workers wait for the one that was preempted), so there it sleeps
+// at once, and an event with nothing to hash that finds this stage idle goes
+// straight to the writer (docs/BENCHMARKS.md, "All cores busy").
 class Hasher {
  public:
   // `settle` fingerprints an event's deferred tensors (with run_or_wait).
@@ -107,6 +112,15 @@ class Hasher {
   ~Hasher();  // finish() if not called
 
   void enqueue(std::unique_ptr<PendingEvent> event);
+  // The intra-op threads the program computes on, as the training thread
+  // last read them (at::get_num_threads() is per thread under OpenMP: this
+  // thread cannot read it).
+  void note_program_threads(int threads) {
+    if (program_threads_.load(std::memory_order_relaxed) != threads)
+      program_threads_.store(threads, std::memory_order_relaxed);
+  }
+  // Whether the program leaves a core for this thread's hashing.
+  bool spare_core() const { return program_threads_.load(std::memory_order_relaxed) < cpus_; }
   void end_step();
   void finish();  // hashes and hands on everything queued; idempotent
 
@@ -126,7 +140,10 @@ class Hasher {
   std::condition_variable room_;
   std::deque<Item> queue_;
   std::atomic<std::size_t> queued_{0};
+  std::atomic<int> program_threads_{1};
+  const int cpus_;  // the CPUs this process may run on (sched_getaffinity)
   bool sleeping_ = false;
+  bool handing_ = false;  // this thread is handing a batch on (the lock's)
   bool stopping_ = false;
   bool finished_ = false;
   // Events waiting to be hashed: a producer past this waits, so that a writer

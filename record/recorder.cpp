@@ -853,6 +853,7 @@ struct ValueBuilder {
     // memory the user lets the recorder hold), and 256 MiB.
     const uint64_t max_outstanding = std::min<uint64_t>(256ull << 20, rec.config.queue.max_bytes);
     if (!rec.hasher || nbytes < kMinBytes || !t.device().is_cpu() || !frees_can_wait(t.storage())) return false;
+    if (!rec.hasher->spare_core()) return false;  // the program's threads would wait for the hashing thread
     if (DeferredHashing::instance().outstanding_bytes() + nbytes > max_outstanding) return false;
     if (outputs) {
       if (outputs_now) return false;
@@ -1348,6 +1349,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.flags = autocast_flags() | default_dtype_flags() | sdp_flags() |
              (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
   ev.knobs = current_knobs();
+  if (rec.hasher) rec.hasher->note_program_threads(static_cast<int>(*ev.knobs & 0xffu));
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -650,20 +651,31 @@ TEST_CASE("ops dispatched from torch's worker threads (intra-op parallel_for, in
 
 namespace {
 
-// Records `body` with fingerprints deferred or not; `hasher_delay_us`: the
-// hashing thread sleeps that long before each event it hashes, so that the
-// program runs ahead of it.
+// The CPUs this process may run on.
+int affinity_cpus() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+// Records `body` with fingerprints deferred to the hashing thread (or not)
+// while the program computes on `threads` intra-op threads: 1 leaves the
+// hashing thread a core (on a machine of two or more), and only then does the
+// recorder defer (deferred.h). `hasher_delay_us`: the hashing thread sleeps
+// that long before each event it hashes, so that the program runs ahead of it.
 template <typename Fn>
-Recorded record_deferred(Fn&& body, bool defer, uint32_t hasher_delay_us = 0) {
+Recorded record_deferred(Fn&& body, bool defer, uint32_t hasher_delay_us = 0, int threads = 1) {
   const std::string dir = temp_dir();
   opguard::RecorderOptions options;
   options.out_dir = dir;
   options.defer_hashing = defer;
+  const int old_threads = at::get_num_threads();
+  at::set_num_threads(threads);
   if (hasher_delay_us > 0) setenv("OPGUARD_TEST_HASHER_DELAY_US", std::to_string(hasher_delay_us).c_str(), 1);
   opguard::Recorder::start(options);
   unsetenv("OPGUARD_TEST_HASHER_DELAY_US");
   body();
   opguard::Recorder::stop();
+  at::set_num_threads(old_threads);
   return read_all(dir);
 }
 
@@ -709,6 +721,10 @@ TEST_CASE("the memory of a deferred output freed at once is not reused before it
 }
 
 TEST_CASE("a deferred output written without the dispatcher before it is hashed is recorded as not fingerprinted") {
+  if (affinity_cpus() < 2) {
+    MESSAGE("skipped: one CPU, no core for the hashing thread, nothing is deferred");
+    return;
+  }
   const at::Tensor x = at::rand({64, 1024});
   auto r = record_deferred(
       [&] {
@@ -729,6 +745,33 @@ TEST_CASE("a deferred output written without the dispatcher before it is hashed 
   const auto plain = opguard::formats::read_manifest(on_thread.layout.ranks[0].manifest_path);
   CHECK(plain.info.at("fingerprints") == "training_thread");
   CHECK(plain.info.at("written_while_deferred") == "0");
+}
+
+TEST_CASE("where the program's threads take every core, outputs are hashed before the op returns, not deferred") {
+  // The hashing thread would take a core from the program's own threads
+  // (docs/BENCHMARKS.md, "All cores busy"): the recorder hashes on the
+  // training thread then, so the same write behind the dispatcher as above
+  // comes after the fingerprint, which holds the bits the op left.
+  const at::Tensor x = at::rand({64, 1024});
+  const uint64_t tripled = fp_of(x.mul(3));
+  auto r = record_deferred(
+      [&] {
+        at::Tensor y = x.mul(3);
+        std::memset(y.data_ptr(), 0, y.nbytes());
+        at::Tensor z = y.add(1);
+      },
+      true, 20000, affinity_cpus());
+  auto mul = find_ops(r, "aten::mul");
+  auto add = find_ops(r, "aten::add");
+  REQUIRE(mul.size() == 1);
+  REQUIRE(add.size() == 1);
+  CHECK(mul[0]->outputs[0].tensor.fingerprint == tripled);
+  CHECK(add[0]->inputs[0].tensor.fingerprint == fp_of(at::zeros({64, 1024})));
+  const auto manifest = opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  CHECK(manifest.info.at("written_while_deferred") == "0");
+  CHECK(manifest.info.at("fingerprints") == "deferred");  // the mode asked for; the cores decided
+  // Events handed straight to the writer keep their order.
+  for (std::size_t i = 1; i < r.events.size(); ++i) CHECK(r.events[i - 1].id < r.events[i].id);
 }
 
 TEST_CASE("a recorder that only observes (the benchmarks' OPGUARD_TEST_OBSERVE_ONLY) records no event and says so") {
