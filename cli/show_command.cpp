@@ -189,7 +189,10 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
         (info != replay::knob_table().end() && info->needs_cuda ? cuda_knobs : cpu_knobs).set(k, v);
       }
       const std::string knobs = cpu_knobs.to_string(), cuda = cuda_knobs.to_string();
-      const auto recorded = ev.knobs ? formats::knobs_of(*ev.knobs).gpu : std::nullopt;
+      // Bit 13 set: knobs_of gives the CUDA knobs.
+      const bool cuda_recorded = ev.knobs && (*ev.knobs & formats::kKnobsGpuRecorded) != 0;
+      const bool cuda_default =
+          !cuda_recorded || formats::gpu_knob_bits(*formats::knobs_of(*ev.knobs).gpu) == formats::gpu_knob_bits({});
       j["knobs"] = knobs;
       j["cuda_knobs"] = cuda;
       j["file"] = path;
@@ -203,7 +206,7 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
         text += fmt::format("  default dtype {}\n", dtype_name(*default_dtype));
       if (sdp != "all") text += fmt::format("  attention backends {} (sdpa_backend)\n", sdp);
       if (!knobs.empty()) text += fmt::format("  knobs   {}\n", knobs);
-      if (recorded && *recorded != formats::GpuKnobs{}) text += fmt::format("  cuda knobs {}\n", cuda);
+      if (!cuda_default) text += fmt::format("  cuda knobs {}\n", cuda);
       text += fmt::format("  thread  {} (stream {})  {:.1f} us\n", ev.thread, ev.stream,
                           (ev.t_end_ns - ev.t_start_ns) / 1000.0);
       text += "  inputs\n";
