@@ -95,7 +95,7 @@ uint32_t knob_bits(const EventKnobs& k) {
 
 EventKnobs knobs_of(uint32_t bits) {
   EventKnobs k;
-  k.threads = static_cast<int>(bits & 0xffu);
+  k.threads = knob_threads(bits);
   const uint32_t precision = (bits >> 11) & 3u;
   if (k.threads == 0 || precision >= kMatmulPrecisions.size())
     throw FormatError("knobs value " + std::to_string(bits) + " this opguard does not know");

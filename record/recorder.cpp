@@ -9,7 +9,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
@@ -1349,7 +1348,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.flags = autocast_flags() | default_dtype_flags() | sdp_flags() |
              (at::GradMode::is_enabled() ? formats::kEventGradMode : 0u);
   ev.knobs = current_knobs();
-  if (rec.hasher) rec.hasher->note_program_threads(static_cast<int>(*ev.knobs & 0xffu));
+  if (rec.hasher) rec.hasher->note_program_threads(formats::knob_threads(*ev.knobs));
   ev.step = rec.step.load();
   if (!ts.nodes.empty()) ev.node = ts.nodes.back().node;
   pending.op = op;

@@ -75,19 +75,16 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
   auto& info = m.info;
   info["threads" + suffix] = std::to_string(at::get_num_threads());
   info["interop_threads" + suffix] = std::to_string(at::get_num_interop_threads());
-  auto& ctx = at::globalContext();
-  info["mkldnn_enabled" + suffix] = ctx.userEnabledMkldnn() ? "1" : "0";
-  info["deterministic_algorithms" + suffix] = ctx.deterministicAlgorithms() ? "1" : "0";
-  info["default_dtype" + suffix] = std::string(c10::get_default_dtype().name());
-#if defined(__x86_64__) || defined(__i386__)
-  // torch.set_flush_denormal(True) sets FTZ and DAZ in the calling thread's
-  // MXCSR (libtorch keeps no flag of it): read them there.
-  constexpr unsigned kFtzDaz = 0x8040;
-  info["flush_denormal" + suffix] = (_mm_getcsr() & kFtzDaz) == kFtzDaz ? "1" : "0";
-#endif
   // The per-op knobs' reading (never throwing, unlike
   // float32MatmulPrecision() once a program used the per-backend API).
   const auto knobs = formats::knobs_of(current_knobs());
+  info["mkldnn_enabled" + suffix] = knobs.mkldnn ? "1" : "0";
+  info["deterministic_algorithms" + suffix] = knobs.deterministic ? "1" : "0";
+  info["default_dtype" + suffix] = std::string(c10::get_default_dtype().name());
+#if defined(__x86_64__) || defined(__i386__)
+  // Read from this thread's MXCSR (current_knobs); other CPUs have no key.
+  info["flush_denormal" + suffix] = knobs.flush_denormal ? "1" : "0";
+#endif
   info["float32_matmul_precision" + suffix] = knobs.matmul_precision;
   if (knobs.gpu) {
     auto on_off = [](bool v) { return v ? "on" : "off"; };
@@ -114,7 +111,9 @@ uint32_t current_knobs() {
   const uint32_t precision = cpu == P::TF32 ? 1u : cpu == P::BF16 ? 2u : 0u;
   bool flushed = false;
 #if defined(__x86_64__) || defined(__i386__)
-  constexpr unsigned kFtzDaz = 0x8040;  // as collect_knobs reads it for the manifest
+  // torch.set_flush_denormal(True) sets FTZ and DAZ in the calling thread's
+  // MXCSR (libtorch keeps no flag of it): read them there.
+  constexpr unsigned kFtzDaz = 0x8040;
   flushed = (_mm_getcsr() & kFtzDaz) == kFtzDaz;
 #endif
   formats::GpuKnobs g;

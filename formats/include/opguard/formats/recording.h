@@ -213,6 +213,8 @@ inline uint32_t knob_bits(int threads, bool mkldnn, bool deterministic, bool flu
   return t | (mkldnn ? 1u << 8 : 0u) | (deterministic ? 1u << 9 : 0u) | (flush_denormal ? 1u << 10 : 0u) |
          ((precision & 3u) << 11);
 }
+// The intra-op threads of knob bits (0: not recorded).
+inline int knob_threads(uint32_t bits) { return static_cast<int>(bits & 0xffu); }
 // Bits 13-19 for the CUDA knobs (kKnobsGpuRecorded included).
 inline uint32_t gpu_knob_bits(const GpuKnobs& g) {
   return kKnobsGpuRecorded | (g.tf32_cublas ? 1u << 14 : 0u) | (g.tf32_cudnn ? 1u << 15 : 0u) |
