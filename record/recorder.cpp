@@ -130,6 +130,15 @@ struct ThreadState {
 
 thread_local ThreadState t_state;
 
+// Events in flight, process-wide, that began outside any intra-op parallel
+// region: while one runs, an op that starts on a parallel region's worker
+// thread (not its master) is taken to be one its kernel runs there (the CPU
+// flash attention's backward allocates its buffers with at::empty on each
+// OpenMP worker). ATen does not hand the master's RecordFunction switch to
+// its workers, so that op would otherwise be an event of its own, on the
+// worker's stream, in the wrong phase and scope.
+std::atomic<int> g_kernels_in_flight{0};
+
 // What the start callback hands to the end callback.
 struct Context : at::ObserverContext {
   enum Kind { kScope, kPhase, kNode, kOptimizer, kEvent };
@@ -147,6 +156,8 @@ struct Context : at::ObserverContext {
   // nodes it (or an op it calls) creates take the numbers up to on_end's.
   bool forward_nodes = false;
   uint64_t seq_begin = 0;
+  // kEvent: counted in g_kernels_in_flight until on_end.
+  bool in_flight = false;
 };
 
 }  // namespace
@@ -200,6 +211,7 @@ struct RecorderImpl {
   // Deferred tensors whose quick probe changed before they were hashed
   // (written without the dispatcher): recorded as not fingerprinted.
   std::atomic<uint64_t> written_while_deferred{0};
+  std::atomic<uint64_t> ops_on_kernel_workers{0};  // ops a kernel ran on its parallel workers: not events
   std::atomic<uint64_t> events{0};
   std::atomic<bool> budget_exhausted{false};
   std::atomic<uint32_t> next_stream{1};
@@ -1213,6 +1225,16 @@ RecorderImpl* recorder_for_this_thread() {
   return recp;
 }
 
+// Counts an event whose kernel is about to run in g_kernels_in_flight (on_end
+// takes it off): the last step of on_start, which cannot throw after it. An
+// op that starts inside a parallel region (a program's own at::parallel_for)
+// is not counted: its region's workers run the program's ops.
+void enter_kernel(Context& ctx) {
+  if (!ctx.hides_nested || parallel_region_thread() >= 0) return;
+  ctx.in_flight = true;
+  g_kernels_in_flight.fetch_add(1, std::memory_order_acq_rel);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   RecorderImpl* recp = recorder_for_this_thread();
   if (recp == nullptr) return nullptr;
@@ -1292,6 +1314,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     rec.remember_node_scopes(fn.threadId(), seq, seq + 1, current_scope(rec, ts));
   }
   if (depth > 0) return nullptr;  // nested inside another op: not an event
+  if (g_kernels_in_flight.load(std::memory_order_acquire) > 0 && parallel_region_thread() > 0) {
+    // Run by a kernel on one of its workers: part of that kernel's op (a
+    // program's own at::parallel_for, outside any op, is recorded).
+    rec.ops_on_kernel_workers.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
   if (!rec.opened.load(std::memory_order_acquire)) {
     std::call_once(rec.open_once, [&] { rec.open_recording(); });
   }
@@ -1315,6 +1343,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   RecordFunctionBackOn restore{ctx->hides_nested};
   if (rec.config.test_observe_only) {
     restore.on = false;  // on_end switches it back, and records nothing without a pending event
+    enter_kernel(*ctx);
     return ctx;
   }
   ctx->pending = rec.writer->take_spare();
@@ -1376,6 +1405,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   inputs.settle(queue_takes(rec, inputs.dump_bytes()), false);
   ev.t_start_ns = now_ns();
   restore.on = false;  // on_end switches it back
+  enter_kernel(*ctx);
   return ctx;
 }
 
@@ -1407,6 +1437,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   // RecordFunction comes back on when this returns (however it returns),
   // after the outputs are hashed.
   RecordFunctionBackOn reenable{ctx != nullptr && ctx->hides_nested};
+  if (ctx != nullptr && ctx->in_flight) g_kernels_in_flight.fetch_sub(1, std::memory_order_acq_rel);
   if (g_in_forked_child.load(std::memory_order_relaxed) || is_writer_thread()) return;
   RecorderImpl* recp = g_recorder;
   if (recp == nullptr) return;
@@ -1602,6 +1633,7 @@ void RecorderImpl::write_manifest(ManifestState state) {
     manifest.info["events"] = std::to_string(writer ? writer->events_written() : 0);
     manifest.info["dropped_tensors"] = std::to_string(dropped.load());
     manifest.info["written_while_deferred"] = std::to_string(written_while_deferred.load());
+    manifest.info["ops_on_kernel_workers"] = std::to_string(ops_on_kernel_workers.load());
     manifest.info["peak_queued_bytes"] = std::to_string(writer ? writer->peak_queued_bytes() : 0);
     manifest.info["bytes_written"] = std::to_string(writer ? writer->bytes_written() : 0);
     manifest.info["dump_budget_exhausted"] = budget_exhausted.load() ? "1" : "0";

@@ -28,6 +28,11 @@ void mark_tensor(const at::Tensor& tensor, const std::string& name);
 // training thread, so cheap (about 0.1 us) and never throwing (run_info.cpp).
 uint32_t current_knobs();
 
+// The calling thread's number in the intra-op parallel region it runs in (0:
+// the region's master), or -1 outside any (at::in_parallel_region(),
+// at::get_thread_num(); run_info.cpp, which includes ATen/Parallel.h).
+int parallel_region_thread();
+
 // Manifest facts: the numerics knobs of the process (run_info.cpp).
 void collect_run_info(formats::Manifest& manifest);
 void collect_end_info(formats::Manifest& manifest);

@@ -99,6 +99,8 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
 
 }  // namespace
 
+int parallel_region_thread() { return at::in_parallel_region() ? at::get_thread_num() : -1; }
+
 uint32_t current_knobs() {
   const auto& ctx = at::globalContext();
   // Precisions by backend (torch.backends.{cuda,mkldnn}.matmul.fp32_precision;

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
+#include <torch/library.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -645,6 +646,79 @@ TEST_CASE("ops dispatched from torch's worker threads (intra-op parallel_for, in
     REQUIRE(e->outputs[0].tensor.fingerprint == fp_of(xs[item].mul(3)));
   }
   REQUIRE(saw_launched);
+}
+
+namespace {
+
+// A kernel that, like the CPU flash attention's backward, runs ops of its own
+// on its intra-op workers: the sum of each row, one row per parallel_for item.
+// The threads that ran the rows are noted for the test.
+std::vector<uint64_t> g_row_threads;
+
+at::Tensor row_sums_kernel(const at::Tensor& x) {
+  at::Tensor out = at::empty({x.size(0)}, x.options());
+  g_row_threads.assign(static_cast<std::size_t>(x.size(0)), 0);
+  at::parallel_for(0, x.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      g_row_threads[i] = os_thread_id();
+      out.select(0, i).copy_(x.select(0, i).sum());
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(opguard_test, m) { m.def("row_sums(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(opguard_test, CPU, m) { m.impl("row_sums", row_sums_kernel); }
+
+TEST_CASE("ops a kernel runs on its intra-op workers are part of its op, not events of the workers' threads") {
+  const int old_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  auto row_sums = c10::Dispatcher::singleton()
+                      .findSchemaOrThrow("opguard_test::row_sums", "")
+                      .typed<at::Tensor(const at::Tensor&)>();
+  const at::Tensor x = at::arange(64, at::kFloat).reshape({8, 8});
+  at::Tensor y;
+  auto r = record([&] {
+    y = row_sums.call(x);
+    y = y.mul(2);
+  });
+  at::set_num_threads(old_threads);
+  const std::set<uint64_t> threads(g_row_threads.begin(), g_row_threads.end());
+  MESSAGE("the kernel ran its 8 rows on " << threads.size() << " thread(s)");
+  // Two events, both of the calling thread: the kernel's select, sum and
+  // copy_ are not events, whichever thread ran them.
+  REQUIRE(r.events.size() == 2);
+  CHECK(r.events[0].op == "opguard_test::row_sums");
+  CHECK(r.events[1].op == "aten::mul");
+  for (const Event& e : r.events) CHECK(e.stream == 0);
+  CHECK(r.events[1].outputs[0].tensor.fingerprint == fp_of(x.sum(1).mul(2)));
+  const auto manifest = opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  if (threads.size() > 1) {
+    // Each row a worker ran: two selects, a sum and a copy_ (the ops inside
+    // them are nested there and not counted).
+    const auto on_workers = std::count_if(g_row_threads.begin(), g_row_threads.end(),
+                                          [&](uint64_t t) { return t != static_cast<uint64_t>(getpid()); });
+    CHECK(manifest.info.at("ops_on_kernel_workers") == std::to_string(4 * on_workers));
+  } else {
+    MESSAGE("SKIPPED the workers' count: OpenMP ran every row on the calling thread");
+  }
+  // A program's own parallel_for, after the op: its workers' ops are events
+  // (the test above): the count is back to zero when the kernel is done.
+  std::vector<at::Tensor> xs;
+  for (int i = 0; i < 4; ++i) xs.push_back(at::full({4}, static_cast<double>(i)));
+  at::set_num_threads(2);
+  auto after = record([&] {
+    row_sums.call(x);
+    at::parallel_for(0, 4, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) xs[i].mul(3);
+    });
+  });
+  at::set_num_threads(old_threads);
+  CHECK(find_ops(after, "opguard_test::row_sums").size() == 1);
+  CHECK(find_ops(after, "aten::mul").size() == 4);
+  CHECK(after.events.size() == 5);
 }
 
 // --- fingerprints taken on the hashing thread (record/deferred.h) ------------
