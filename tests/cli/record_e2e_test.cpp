@@ -311,6 +311,34 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
 }
 
+TEST_CASE("the buffers torch's CPU flash attention backward allocates on its OpenMP workers are not events") {
+  // In bf16 the backward kernel calls at::empty on each intra-op worker
+  // (torch 2.11): those ops belong to its event, not to the workers' threads.
+  TempDir tmp;
+  record_unchanged(tmp, "sdpa_workers.py",
+      "import torch, torch.nn.functional as F\n"
+      "torch.manual_seed(0)\n"
+      "torch.set_num_threads(2)\n"
+      "q, k, v = (torch.randn(2, 4, 32, 16, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))\n"
+      "for _ in range(2):\n"
+      "    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+      "    y.float().sum().backward()\n"
+      "print(q.grad.float().sum().item().hex(), k.grad.float().sum().item().hex(), v.grad.float().sum().item().hex())\n",
+      tmp / "rec");
+  std::size_t backward = 0;
+  for (const auto& e : events_of(tmp / "rec")) {
+    INFO(e.op << " on stream " << e.stream);
+    CHECK(e.stream == 0);
+    backward += e.op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward" ? 1 : 0;
+  }
+  CHECK(backward == 2);
+  auto layout = fmts::scan_recording(tmp / "rec");
+  auto manifest = fmts::read_manifest(layout.ranks[0].manifest_path);
+  // Two threads, one worker, one buffer per backward: 2 (a kernel of another
+  // torch that allocates elsewhere would make this 0, and the case moot).
+  CHECK(manifest.info.at("ops_on_kernel_workers") == "2");
+}
+
 TEST_CASE("the recorder's stamp on fresh empty() buffers leaves the program's bits alone") {
   // The recorder sets the probed bytes of a new empty* buffer; the program
   // writes it before it reads it. empty(out=t) keeps t's own memory: not
