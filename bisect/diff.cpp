@@ -52,7 +52,8 @@ using formats::ValueKind;
 
 // Manifest keys that differ between any two runs and say nothing about numerics.
 const std::set<std::string> kVolatileInfo = {"start_time", "end_time", "pid", "bytes_written", "peak_queued_bytes",
-                                             "events", "dropped_tensors", "peak_rss_bytes", "written_while_deferred"};
+                                             "events", "dropped_tensors", "peak_rss_bytes", "written_while_deferred",
+                                             "ops_on_kernel_workers"};
 
 constexpr int kNumPhases = 4;
 

@@ -19,7 +19,11 @@
 // --mkldnn off turns oneDNN off (it changes aten::gelu's bits here); --tp P
 // computes the MLP's down-projection as a P-way row-parallel linear, emulated
 // in one process (row_parallel_linear; record such a run with `opguard record
-// --declare tp=P`). tiny_gpt.py takes the same flags.
+// --declare tp=P`). --attention sdpa computes attention with
+// at::scaled_dot_product_attention (is_causal, its own dropout), as most
+// current models do: on the CPU, torch runs its flash-attention kernels then;
+// the default, manual, spells it out (matmul, masked_fill, softmax, dropout,
+// matmul). tiny_gpt.py takes the same flags.
 //
 // Module calls sit inside opguard::Scope guards named like the modules
 // registered below (blocks.1.attn.proj, blocks.0.mlp.fc, wte, ln_f, head,
@@ -72,6 +76,7 @@ struct Options {
   int64_t print_every = 1;  // <= 0: print no step lines, only the final one
   bool mkldnn = true;       // oneDNN (at::globalContext().setUserEnabledMkldnn)
   int64_t tp = 1;           // > 1: the MLP down-projection as a P-way row-parallel linear (row_parallel_linear)
+  bool sdpa = false;        // --attention sdpa: at::scaled_dot_product_attention
   std::string device = "cpu";  // cpu, cuda or cuda:N: parameters are drawn on the CPU, then moved
 };
 
@@ -84,7 +89,8 @@ constexpr const char* kUsage =
     "                [--batch N] [--threads N] [--dtype float32|float64|bfloat16]\n"
     "                [--seed N] [--tied] [--dropout P] [--lr X] [--weight-decay X]\n"
     "                [--corpus PATH] [--out-params PATH] [--print-every K]\n"
-    "                [--mkldnn on|off] [--tp P] [--device cpu|cuda[:N]]\n";
+    "                [--mkldnn on|off] [--tp P] [--device cpu|cuda[:N]]\n"
+    "                [--attention manual|sdpa]\n";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t min) {
   std::size_t used = 0;
@@ -138,7 +144,7 @@ Options parse_options(int argc, char** argv) {
     static const char* const kValueFlags[] = {
         "--steps", "--width",   "--depth",  "--heads", "--seq",          "--batch",     "--threads",
         "--seed",  "--device", "--dropout", "--lr",     "--dtype", "--weight-decay", "--corpus",    "--out-params",
-        "--print-every", "--mkldnn", "--tp"};
+        "--print-every", "--mkldnn", "--tp", "--attention"};
     if (std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) == std::end(kValueFlags)) {
       throw UsageError("unknown flag '" + flag + "'");
     }
@@ -164,6 +170,10 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--device") {
       if (value != "cpu" && value.rfind("cuda", 0) != 0) throw UsageError("--device wants cpu or cuda[:N], got '" + value + "'");
       o.device = value;
+    }
+    else if (flag == "--attention") {
+      if (value != "manual" && value != "sdpa") throw UsageError("--attention wants manual or sdpa, got '" + value + "'");
+      o.sdpa = value == "sdpa";
     }
     else if (flag == "--mkldnn") {
       if (value != "on" && value != "off") throw UsageError("--mkldnn wants on or off, got '" + value + "'");
@@ -246,6 +256,7 @@ struct ModelConfig {
   bool tied;
   double dropout;
   int64_t tp;
+  bool sdpa;
 };
 
 // A P-way tensor-parallel run computes a row-parallel linear (Megatron's
@@ -280,6 +291,7 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
         proj(register_module("proj", torch::nn::Linear(c.width, c.width))),
         heads(c.heads),
         dropout(c.dropout),
+        sdpa(c.sdpa),
         // A plain member, not a buffer: Module::to(dtype) would turn a bool buffer into floats.
         mask(torch::triu(torch::ones({c.seq, c.seq}, torch::kBool), 1)) {}
 
@@ -292,11 +304,19 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
     kh = kh.view({B, T, heads, D}).transpose(1, 2);
     { opguard::Scope s("v"); vh = v(x); }
     vh = vh.view({B, T, heads, D}).transpose(1, 2);
+    torch::Tensor y;
+    if (sdpa) {
+      y = at::scaled_dot_product_attention(qh, kh, vh, /*attn_mask=*/{}, is_training() ? dropout : 0.0,
+                                           /*is_causal=*/true);
+      y = y.transpose(1, 2).contiguous().view({B, T, C});
+      { opguard::Scope s("proj"); y = proj(y); }
+      return maybe_dropout(y, dropout, is_training());
+    }
     auto att = torch::matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
     att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
     att = torch::softmax(att, -1);
     att = maybe_dropout(att, dropout, is_training());
-    auto y = torch::matmul(att, vh).transpose(1, 2).contiguous().view({B, T, C});
+    y = torch::matmul(att, vh).transpose(1, 2).contiguous().view({B, T, C});
     { opguard::Scope s("proj"); y = proj(y); }
     return maybe_dropout(y, dropout, is_training());
   }
@@ -304,6 +324,7 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   torch::nn::Linear q, k, v, proj;
   int64_t heads;
   double dropout;
+  bool sdpa;
   torch::Tensor mask;
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -464,7 +485,7 @@ int run(const Options& o) {
     throw UsageError("the corpus '" + o.corpus + "' is shorter than --seq + 2 characters");
   }
   if (o.tp > 4 * o.width) throw UsageError("--tp (" + std::to_string(o.tp) + ") exceeds the MLP's 4 x --width features");
-  const ModelConfig config{corpus.vocab_size, o.width, o.depth, o.heads, o.seq, o.tied, o.dropout, o.tp};
+  const ModelConfig config{corpus.vocab_size, o.width, o.depth, o.heads, o.seq, o.tied, o.dropout, o.tp, o.sdpa};
   Gpt model(config);
   init_parameters(model);
   model->to(o.dtype);

@@ -27,6 +27,12 @@ off (it changes aten::gelu's bits here), and --tp P computes the MLP's
 down-projection as a P-way row-parallel linear, emulated in one process
 (RowParallelLinear; record such a run with `opguard record --declare tp=P`).
 
+--attention sdpa computes attention with F.scaled_dot_product_attention
+(is_causal, its own dropout), as most current models do: on the CPU, torch
+runs its flash-attention kernels then (the math backend where those do not
+apply). The default, manual, spells it out: matmul, masked_fill, softmax,
+dropout, matmul.
+
 --ddp trains data-parallel over torch.distributed with Gloo, one process per
 rank, ranks from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT:
 torchrun sets them):
@@ -73,6 +79,8 @@ def parse_args(argv):
     p.add_argument("--corpus", default=DEFAULT_CORPUS)
     p.add_argument("--out-params", default="")
     p.add_argument("--print-every", type=int, default=1, help="<= 0: only the final line")
+    p.add_argument("--attention", choices=("manual", "sdpa"), default="manual",
+                   help="attention spelled out (manual) or F.scaled_dot_product_attention (sdpa)")
     p.add_argument("--mkldnn", choices=("on", "off"), default="on",
                    help="oneDNN (torch.backends.mkldnn.enabled)")
     p.add_argument("--device", default="cpu",
@@ -133,7 +141,7 @@ def maybe_dropout(x, p, training):
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, width, heads, seq, dropout):
+    def __init__(self, width, heads, seq, dropout, sdpa=False):
         super().__init__()
         self.q = nn.Linear(width, width)
         self.k = nn.Linear(width, width)
@@ -141,6 +149,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.heads = heads
         self.dropout = dropout
+        self.sdpa = sdpa
         # A plain attribute, not a buffer, as in the C++ program.
         self.mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
 
@@ -150,6 +159,11 @@ class CausalSelfAttention(nn.Module):
         q = self.q(x).view(B, T, self.heads, D).transpose(1, 2)
         k = self.k(x).view(B, T, self.heads, D).transpose(1, 2)
         v = self.v(x).view(B, T, self.heads, D).transpose(1, 2)
+        if self.sdpa:
+            p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)
+            return maybe_dropout(self.proj(y), self.dropout, self.training)
         att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
         att = att.masked_fill(self.mask, float("-inf"))
         att = torch.softmax(att, -1)
@@ -195,10 +209,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads, seq, dropout, tp):
+    def __init__(self, width, heads, seq, dropout, tp, sdpa=False):
         super().__init__()
         self.ln1 = nn.LayerNorm(width)
-        self.attn = CausalSelfAttention(width, heads, seq, dropout)
+        self.attn = CausalSelfAttention(width, heads, seq, dropout, sdpa)
         self.ln2 = nn.LayerNorm(width)
         self.mlp = Mlp(width, dropout, tp)
 
@@ -208,11 +222,11 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab_size, width, depth, heads, seq, tied, dropout, tp=1):
+    def __init__(self, vocab_size, width, depth, heads, seq, tied, dropout, tp=1, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(vocab_size, width)
         self.wpe = nn.Embedding(seq, width)
-        self.blocks = nn.ModuleList(Block(width, heads, seq, dropout, tp) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(width, heads, seq, dropout, tp, sdpa) for _ in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size, bias=False)
         if tied:
@@ -331,7 +345,7 @@ def main(argv):
         print(f"tiny_gpt.py: the corpus '{a.corpus}' is shorter than --seq + 2 characters", file=sys.stderr)
         return 2
     torch.backends.mkldnn.enabled = a.mkldnn == "on"
-    model = Gpt(vocab_size, a.width, a.depth, a.heads, a.seq, a.tied, a.dropout, a.tp)
+    model = Gpt(vocab_size, a.width, a.depth, a.heads, a.seq, a.tied, a.dropout, a.tp, a.attention == "sdpa")
     init_parameters(model)
     model.to(DTYPES[a.dtype])
     try:

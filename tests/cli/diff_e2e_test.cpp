@@ -183,6 +183,48 @@ TEST_CASE("the Python example with ATEN_CPU_CAPABILITY default vs avx2: the firs
   check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
 }
 
+TEST_CASE("the Python example with scaled_dot_product_attention in bfloat16, 2 vs 1 threads: a named origin, every "
+          "event matched") {
+  // torch's CPU flash attention runs then; its backward in bf16 allocates
+  // buffers on its OpenMP workers at 2 threads, which must not become events
+  // (they would be unmatched in the 1-thread run).
+  TempDir tmp;
+  const std::vector<std::string> prog = {kPython, kTinyGptPy, "--steps", "2", "--attention", "sdpa",
+                                         "--dtype", "bfloat16", "--print-every", "0"};
+  auto with_threads = [&](const char* n) {
+    auto p = prog;
+    p.insert(p.end(), {"--threads", n});
+    return p;
+  };
+  record(tmp, tmp / "ref", with_threads("2"));
+  record(tmp, tmp / "sus", with_threads("1"));
+  auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3);
+  REQUIRE(j["first_divergent"].is_object());
+  const auto& f = j["first_divergent"];
+  CHECK(f["class"] == "origin");
+  CHECK(j["first_unmatched"].is_null());
+  CHECK(j["totals"]["counts"]["unmatched"] == 0);
+  CHECK(j["events_reference"] == j["events_suspect"]);
+  check_independently(tmp, tmp / "ref", tmp / "sus", f["suspect_id"]);
+  // The manifests differ in the knob, not in the recorder's counts (the
+  // reference's workers ran ops for the kernel; the suspect has none).
+  std::set<std::string> keys;
+  for (const auto& d : j["manifest_differences"]) keys.insert(d["key"].get<std::string>());
+  CHECK(keys.count("threads") == 1);
+  CHECK(keys.count("ops_on_kernel_workers") == 0);
+
+  std::size_t flash_backward = 0;
+  for (const auto& e : opguard::testing::events_of(tmp / "ref")) {
+    INFO(e.op << " on stream " << e.stream);
+    CHECK(e.stream == 0);
+    flash_backward += e.op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward" ? 1 : 0;
+  }
+  CHECK(flash_backward == 4);  // 2 blocks, 2 steps
+  const auto layout = opguard::formats::scan_recording(tmp / "ref");
+  const auto manifest = opguard::formats::read_manifest(layout.ranks.at(0).manifest_path);
+  CHECK(manifest.info.at("ops_on_kernel_workers") != "0");
+}
+
 TEST_CASE("bits written without the dispatcher are entered where an op first reads them, not that op's origin") {
   // torch bumps a tensor's version for operators only: an optimizer that
   // updates the parameters through numpy (as a fused optimizer called without

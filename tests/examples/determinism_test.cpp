@@ -193,6 +193,10 @@ const std::vector<std::string> kSmall = {"--steps", "3"};
 const std::vector<std::string> kRandomBf16 = {"--steps", "3", "--threads", "2",
                                               "--dtype", "bfloat16", "--dropout", "0.1"};
 const std::vector<std::string> kTiedFloat64 = {"--steps", "3", "--tied", "--dtype", "float64"};
+// Attention through scaled_dot_product_attention (torch's CPU flash kernels),
+// with the dropout inside it.
+const std::vector<std::string> kSdpaBf16 = {"--steps", "3", "--threads", "2", "--dtype", "bfloat16",
+                                            "--dropout", "0.1", "--attention", "sdpa"};
 
 void check_deterministic(Language language, const std::vector<std::string>& args) {
   TempDir dir;
@@ -228,7 +232,17 @@ TEST_CASE("the Python example with a tied head in float64 computes the same bits
   check_deterministic(Language::kPython, kTiedFloat64);
 }
 
-TEST_CASE("the seed and dropout change the bits, so equal runs are not equal by accident") {
+TEST_CASE("the C++ example with scaled_dot_product_attention, two threads, bfloat16 and dropout computes the same "
+          "bits twice") {
+  check_deterministic(Language::kCpp, kSdpaBf16);
+}
+
+TEST_CASE("the Python example with scaled_dot_product_attention, two threads, bfloat16 and dropout computes the "
+          "same bits twice") {
+  check_deterministic(Language::kPython, kSdpaBf16);
+}
+
+TEST_CASE("the seed, dropout and --attention change the bits, so equal runs are not equal by accident") {
   TempDir dir;
   const Run base = run_ok(dir, Language::kCpp, "base", kSmall);
   const Run other_seed = run_ok(dir, Language::kCpp, "seed1", {"--steps", "3", "--seed", "1"});
@@ -236,6 +250,13 @@ TEST_CASE("the seed and dropout change the bits, so equal runs are not equal by 
   DOCTEST_CHECK(base.stdout_text != other_seed.stdout_text);
   DOCTEST_CHECK(base.stdout_text != dropout.stdout_text);
   DOCTEST_CHECK(read_file(base.params_path) != read_file(dropout.params_path));
+  // --attention sdpa runs other kernels: its bits are its own.
+  for (Language language : {Language::kCpp, Language::kPython}) {
+    const Run manual = language == Language::kCpp ? base : run_ok(dir, language, "py-manual", kSmall);
+    const Run sdpa = run_ok(dir, language, language == Language::kCpp ? "sdpa" : "py-sdpa",
+                            {"--steps", "3", "--attention", "sdpa"});
+    DOCTEST_CHECK(read_file(manual.params_path) != read_file(sdpa.params_path));
+  }
 }
 
 TEST_CASE("the C++ and Python examples train models with the same parameter layout") {
@@ -248,12 +269,14 @@ TEST_CASE("the C++ and Python examples train models with the same parameter layo
   }
 }
 
-TEST_CASE("both examples reject an unknown flag with exit status 2") {
+TEST_CASE("both examples reject an unknown flag or value with exit status 2") {
   TempDir dir;
   for (Language language : {Language::kCpp, Language::kPython}) {
     Run run;
     DOCTEST_CHECK(run_raw(dir, language, "bad", {"--no-such-flag"}, run) == 2);
     DOCTEST_CHECK(run.stdout_text.empty());
+    DOCTEST_CHECK(run_raw(dir, language, "bad-attention", {"--attention", "flash"}, run) == 2);
+    DOCTEST_CHECK(read_file(run.stderr_path).find("--attention") != std::string::npos);
   }
 }
 
