@@ -121,6 +121,15 @@ std::string reduction_text(bool fp16, bool bf16) {
   return fp16 ? "fp16" : "bf16";
 }
 
+std::vector<std::pair<std::string, std::string>> gpu_knob_values(const GpuKnobs& g) {
+  auto on_off = [](bool v) { return std::string(v ? "on" : "off"); };
+  return {{"tf32_cublas", on_off(g.tf32_cublas)},
+          {"tf32_cudnn", on_off(g.tf32_cudnn)},
+          {"cudnn_benchmark", on_off(g.cudnn_benchmark)},
+          {"cudnn_deterministic", on_off(g.cudnn_deterministic)},
+          {"reduced_precision_reduction", reduction_text(g.fp16_reduction, g.bf16_reduction)}};
+}
+
 std::string sdp_text(const SdpBackends& b) {
   if (b == SdpBackends{}) return "all";
   std::string s;

@@ -87,13 +87,7 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
 #endif
   info["float32_matmul_precision" + suffix] = knobs.matmul_precision;
   if (knobs.gpu) {
-    auto on_off = [](bool v) { return v ? "on" : "off"; };
-    info["tf32_cublas" + suffix] = on_off(knobs.gpu->tf32_cublas);
-    info["tf32_cudnn" + suffix] = on_off(knobs.gpu->tf32_cudnn);
-    info["cudnn_benchmark" + suffix] = on_off(knobs.gpu->cudnn_benchmark);
-    info["cudnn_deterministic" + suffix] = on_off(knobs.gpu->cudnn_deterministic);
-    info["reduced_precision_reduction" + suffix] =
-        formats::reduction_text(knobs.gpu->fp16_reduction, knobs.gpu->bf16_reduction);
+    for (const auto& [name, value] : formats::gpu_knob_values(*knobs.gpu)) info[name + suffix] = value;
   }
 }
 

@@ -309,12 +309,7 @@ Config with_event_knobs(Config run, const formats::Event& ev, GpuKnobs gpu) {
   const auto device = run.get("device");
   const bool cuda = device && device->rfind("cuda", 0) == 0;
   if (k.gpu && (gpu == GpuKnobs::kAlways || cuda)) {
-    auto on_off = [](bool v) { return v ? "on" : "off"; };
-    run.set("tf32_cublas", on_off(k.gpu->tf32_cublas));
-    run.set("tf32_cudnn", on_off(k.gpu->tf32_cudnn));
-    run.set("cudnn_benchmark", on_off(k.gpu->cudnn_benchmark));
-    run.set("cudnn_deterministic", on_off(k.gpu->cudnn_deterministic));
-    run.set("reduced_precision_reduction", formats::reduction_text(k.gpu->fp16_reduction, k.gpu->bf16_reduction));
+    for (const auto& [name, value] : formats::gpu_knob_values(*k.gpu)) run.set(name, value);
   }
   return run;
 }

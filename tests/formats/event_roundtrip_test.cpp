@@ -305,6 +305,10 @@ TEST_CASE("an event's in-process knobs round-trip in the optional /events/knobs 
   CHECK(fmts::reduction_text(false, false) == "off");
   CHECK(fmts::reduction_text(true, false) == "fp16");
   CHECK(fmts::reduction_text(false, true) == "bf16");
+  // As replay's knobs name them (the manifest's keys too): torch's defaults.
+  using Values = std::vector<std::pair<std::string, std::string>>;
+  CHECK(fmts::gpu_knob_values({}) == Values{{"tf32_cublas", "off"}, {"tf32_cudnn", "on"}, {"cudnn_benchmark", "off"},
+                                            {"cudnn_deterministic", "off"}, {"reduced_precision_reduction", "on"}});
   k.gpu.reset();
   k.matmul_precision = "low";
   CHECK_THROWS_AS(fmts::knob_bits(k), opguard::FormatError);

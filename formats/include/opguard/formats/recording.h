@@ -226,6 +226,9 @@ EventKnobs knobs_of(uint32_t bits);
 // The value of replay's reduced_precision_reduction knob: "on" (fp16 and
 // bf16 allowed), "off" (neither), "fp16" or "bf16" (that one only).
 std::string reduction_text(bool fp16, bool bf16);
+// The CUDA knobs as replay's knob names and values (tf32_cublas=on, ...,
+// reduced_precision_reduction=fp16), the names the manifest's keys also use.
+std::vector<std::pair<std::string, std::string>> gpu_knob_values(const GpuKnobs& g);
 
 // Event ids: stream in the top 16 bits, the position in that stream below.
 // Events of the main thread print as plain numbers ("1234"); others as
