@@ -91,10 +91,11 @@ std::string result_text(const replay::ReplayResult& r, bool detail) {
 }
 
 struct Options {
-  std::string dir, event, config, expect, expect_event, child_request;
+  std::string dir, event, config, expect, expect_event;
   int rank = 0, expect_rank = 0;
   int64_t window = 0;
   bool all = false, json = false, verbose = false, ignore_recorded = false, free_running = false;
+  bool child_server = false;  // the child side of process-wide trials (replay/trial_server.h)
 };
 
 replay::ReplayOptions library_options(const Options& o) {
@@ -207,10 +208,10 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
   sub->add_flag("--json", o->json, "Machine-readable output");
   sub->add_flag("--verbose,-v", o->verbose, "--all, --window: print every event, not only those that do not reproduce");
   // The child side of a process-wide trial (see replay.h); not for users.
-  sub->add_option("--child-trial", o->child_request)->group("");
+  sub->add_flag("--child-server", o->child_server)->group("");
   sub->callback([o, &result] {
-    if (!o->child_request.empty()) {
-      result.exit_code = replay::child_trial_main(o->child_request);
+    if (o->child_server) {
+      result.exit_code = replay::child_server_main();
       return;
     }
     if (o->dir.empty()) throw UsageError("replay needs a recording: opguard replay DIR --event ID");

@@ -254,7 +254,7 @@ Request request_from_json(const std::string& text) {
     r.keep_going = j.value("keep_going", false);
     return r;
   } catch (const json::exception& e) {
-    throw UsageError(std::string("--child-trial takes the request JSON that opguard writes itself: ") + e.what());
+    throw UsageError(std::string("a child trial takes the request JSON that opguard writes itself: ") + e.what());
   }
 }
 

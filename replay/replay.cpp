@@ -2,11 +2,6 @@
 // trials, and comparing replayed outputs with recorded ones. No torch here:
 // execute.cpp runs the op.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,8 +19,7 @@
 #include "free_running.h"
 #include "replay_internal.h"
 #include "save.h"
-
-extern char** environ;
+#include "trial_server.h"
 
 namespace opguard::replay {
 namespace {
@@ -492,25 +486,22 @@ detail::Outcome run_request(const detail::Request& req, const ReplayOptions& o) 
     throw UsageError(fmt::format("{} needs a child process, and no opguard executable was given to start one",
                                  missing.front()));
   int status = 0;
-  const std::string out = detail::run_child({o.self_exe, "replay", "--child-trial", detail::request_to_json(req)},
-                                            env_overrides_of(config), &status);
-  if (status != 0) {
-    if (status == 2 && out.empty())
-      throw UsageError(fmt::format("the child trial under {} refused the request (see its message above)",
-                                   fmt::join(missing, " ")));
-    // A crash of the op under this config is a trial outcome, not a crash of ours.
-    detail::Outcome failed;
-    ReplayResult r;
-    r.event = req.event;
-    r.rank = req.rank;
-    r.config = req.config;
-    r.child_process = true;
-    r.reason = CannotReason::kChildFailed;
-    r.message = fmt::format("the child trial under {} exited with status {}", fmt::join(missing, " "), status);
-    failed.results.push_back(std::move(r));
-    return failed;
-  }
-  return detail::outcome_from_json(out);
+  const auto answer =
+      detail::call_trial_server(o.self_exe, env_overrides_of(config), detail::request_to_json(req), &status);
+  if (answer && answer->kind == 'r') return detail::outcome_from_json(answer->payload);
+  if (answer && answer->kind == 'u') throw UsageError(answer->payload);
+  // A crash of the op under this config is a trial outcome, not a crash of ours.
+  detail::Outcome failed;
+  ReplayResult r;
+  r.event = req.event;
+  r.rank = req.rank;
+  r.config = req.config;
+  r.child_process = true;
+  r.reason = CannotReason::kChildFailed;
+  r.message = answer ? fmt::format("the child trial under {} failed: {}", fmt::join(missing, " "), answer->payload)
+                     : fmt::format("the child trial under {} exited with status {}", fmt::join(missing, " "), status);
+  failed.results.push_back(std::move(r));
+  return failed;
 }
 
 detail::Request base_request(const std::string& dir, const ReplayOptions& o) {
@@ -568,61 +559,10 @@ std::string rerecord_command(const std::string& recording_dir, int rank, const s
   return formats::rerecord_command(m, recording_dir, event_id, 16, opguard_command, formats::numerics_env_here());
 }
 
-int child_trial_main(const std::string& request_json) {
-  const auto req = detail::request_from_json(request_json);
-  const auto out = run_request_here(req, true);
-  const std::string text = detail::outcome_to_json(out);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
-  return 0;
+int child_server_main() {
+  return detail::serve_trials([](const std::string& request) {
+    return detail::outcome_to_json(run_request_here(detail::request_from_json(request), true));
+  });
 }
 
-namespace detail {
-
-std::string run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
-                      int* exit_status) {
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string kv = *e;
-    const std::string name = kv.substr(0, kv.find('='));
-    bool overridden = false;
-    for (const auto& o : env_overrides) overridden = overridden || o.substr(0, o.find('=')) == name;
-    if (!overridden) env.push_back(kv);
-  }
-  for (const auto& o : env_overrides)
-    if (o.find('=') != std::string::npos) env.push_back(o);  // a bare NAME stays removed
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw LaunchError(std::string("pipe for a child trial: ") + std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (rc != 0) {
-    ::close(pipe_fds[0]);
-    throw LaunchError(fmt::format("cannot start the child trial {}: {}", argv[0], std::strerror(rc)));
-  }
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(pipe_fds[0], buf, sizeof(buf));
-    if (n > 0) out.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  *exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
-}
-
-}  // namespace detail
 }  // namespace opguard::replay

@@ -58,11 +58,4 @@ Request request_from_json(const std::string& json);
 std::string outcome_to_json(const Outcome& o);
 Outcome outcome_from_json(const std::string& json);
 
-// Runs `argv` with `env_overrides` applied to this process's environment
-// (NAME=VALUE sets NAME, a bare NAME removes it); returns what it printed on
-// stdout. Sets *exit_status to its exit status (128+N for signal N). Throws
-// LaunchError if it cannot start.
-std::string run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
-                      int* exit_status);
-
 }  // namespace opguard::replay::detail

@@ -6,10 +6,15 @@
 // REQUIRE is used anyway where the test cannot go on.
 
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -18,6 +23,7 @@
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 #include "opguard/replay/replay.h"
+#include "../../replay/trial_server.h"
 
 using opguard::testing::Result;
 using opguard::testing::record_argv;
@@ -276,6 +282,64 @@ TEST_CASE("a recorded variable that the recorded run did not have is removed for
   unsetenv("ONEDNN_DEFAULT_FPMATH_MODE");
   CHECK(child.child_process);
   CHECK(child.verdict == replay::Verdict::kReproduces);
+}
+
+TEST_CASE("trials under one process-wide config share one child process; a child that died is replaced") {
+  const std::string id = event_of(recordings().knobs, "aten::mm");
+  // Other cases leave their children running: this one's is the new pid.
+  const auto before = replay::detail::trial_server_pids();
+  const int started = replay::detail::trial_servers_started();
+  const auto o = options("env:OPGUARD_TEST_SERVER=1");
+  for (int i = 0; i < 3; ++i) {
+    const auto r = replay::replay_event(recordings().knobs, id, o);
+    CHECK(r.child_process);
+    CHECK(r.verdict == replay::Verdict::kReproduces);
+  }
+  CHECK(replay::detail::trial_servers_started() == started + 1);
+  pid_t mine = 0;
+  for (pid_t p : replay::detail::trial_server_pids())
+    if (std::find(before.begin(), before.end(), p) == before.end()) mine = p;
+  REQUIRE(mine > 0);
+  // Killed between trials (not by a trial): the next trial gets a new child.
+  REQUIRE(::kill(mine, SIGKILL) == 0);
+  ::usleep(200 * 1000);
+  const auto again = replay::replay_event(recordings().knobs, id, o);
+  CHECK(again.child_process);
+  CHECK(again.verdict == replay::Verdict::kReproduces);
+  CHECK(replay::detail::trial_servers_started() == started + 2);
+}
+
+TEST_CASE("a child's answers: its usage error and other errors come back as messages; a child that exits without "
+          "answering gives its exit status, and the next call starts another") {
+  opguard::testing::TempDir tmp;
+  auto script = [&](const std::string& name, const std::string& body) {
+    const std::string path = tmp / name;
+    std::ofstream(path) << "#!/bin/bash\n" << body;
+    REQUIRE(::chmod(path.c_str(), 0755) == 0);
+    return path;
+  };
+  // Reads one request, answers, exits.
+  const auto usage = script("usage.sh", "read -r n; head -c \"$n\" >/dev/null; printf 'u 9\\nbad knobs'\n");
+  int status = -1;
+  auto a = replay::detail::call_trial_server(usage, {"OPGUARD_FAKE=1"}, "{\"x\": 1}", &status);
+  REQUIRE(a.has_value());
+  CHECK(a->kind == 'u');
+  CHECK(a->payload == "bad knobs");
+  const auto dies = script("dies.sh", "read -r n; exit 7\n");
+  for (int i = 0; i < 2; ++i) {
+    const int started = replay::detail::trial_servers_started();
+    CHECK_FALSE(replay::detail::call_trial_server(dies, {"OPGUARD_FAKE=2"}, "{}", &status).has_value());
+    CHECK(status == 7);
+    CHECK(replay::detail::trial_servers_started() == started + 1);
+  }
+  // Through replay: a child's failure that is not a usage error is the trial's verdict.
+  const auto broken = script("broken.sh", "read -r n; head -c \"$n\" >/dev/null; printf 'e 4\\nboom'; sleep 1\n");
+  auto o = options("env:OPGUARD_TEST_BROKEN=1");
+  o.self_exe = broken;
+  const auto r = replay::replay_event(recordings().knobs, event_of(recordings().knobs, "aten::mm"), o);
+  CHECK(r.verdict == replay::Verdict::kCannotReplay);
+  CHECK(r.reason == replay::CannotReason::kChildFailed);
+  CHECK(r.message.find("boom") != std::string::npos);
 }
 
 TEST_CASE("config strings: canonical values, later settings win, one clear error for an unknown knob, a bad value "

@@ -179,8 +179,9 @@ struct ReplayOptions {
   Config config;
   bool from_recorded = true;
   // How to start a child trial: the opguard executable. Its argv becomes
-  // {self_exe, "replay", "--child-trial", REQUEST_JSON}. Empty: a trial that
-  // needs a child fails with UsageError.
+  // {self_exe, "replay", "--child-server"}; one child per environment serves
+  // every trial under it (replay/trial_server.h). Empty: a trial that needs a
+  // child fails with UsageError.
   std::string self_exe;
   // Compare against this recording's event instead of the replayed one's own
   // outputs (--expect). Its outputs must have the same count and kinds.
@@ -227,9 +228,9 @@ std::string rerecord_command(const std::string& recording_dir, int rank, const s
 std::string to_json(const std::vector<ReplayResult>& results);
 std::vector<ReplayResult> results_from_json(const std::string& json);
 
-// The child side of a process-wide trial: runs the request in this process
-// (whose environment the parent has set) and prints the results as JSON on
-// stdout. Returns the exit code for the child.
-int child_trial_main(const std::string& request_json);
+// The child side of process-wide trials: serves the parent's requests, each
+// run in this process (whose environment the parent has set), until its
+// stdin closes (replay/trial_server.h). Returns the exit code for the child.
+int child_server_main();
 
 }  // namespace opguard::replay
