@@ -342,6 +342,10 @@ struct Gap {
   // inputs, so it is not a source.
   bool tainted = false;
   bool reported = false;
+  // Earlier gaps whose results its events read (a mask built by ops only one
+  // run has, then read by the other ops it has instead of one): clean when
+  // they are. Named, the gap is one region with them (region_gaps).
+  std::vector<int32_t> upstream;
   void add(const StepEvents& s, std::size_t i, const StringPool& pool, bool reference) {
     const auto& e = s.c->events;
     auto& ids = reference ? region.reference_ids : region.suspect_ids;
@@ -362,6 +366,27 @@ struct Gap {
       ids.push_back(formats::event_id_string(e.id[i]));
       ops.push_back(overload.empty() ? op : op + "." + overload);
     }
+  }
+  // Appends `other`'s events to this one's (`other` ran later).
+  void merge(const Gap& other) {
+    if (region.reference_events == 0 && other.region.reference_events > 0) {
+      reference_op = other.reference_op, reference_overload = other.reference_overload;
+      reference_scope = other.reference_scope, reference_id = other.reference_id;
+    }
+    if (!suspect_id && other.suspect_id) {
+      suspect_scope = other.suspect_scope, suspect_id = other.suspect_id, stream = other.stream;
+      t_start_ns = other.t_start_ns, t_end_ns = other.t_end_ns;
+    }
+    auto append = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
+      for (const auto& x : from)
+        if (to.size() < UnmatchedRegion::kMaxRegionEvents) to.push_back(x);
+    };
+    append(region.reference_ids, other.region.reference_ids);
+    append(region.reference_ops, other.region.reference_ops);
+    append(region.suspect_ids, other.region.suspect_ids);
+    append(region.suspect_ops, other.region.suspect_ops);
+    region.reference_events += other.region.reference_events;
+    region.suspect_events += other.region.suspect_events;
   }
 };
 
@@ -524,11 +549,47 @@ void Engine::add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t refer
   d.rerecord_command = cmd_a.empty() ? cmd_b : cmd_b.empty() || cmd_a == cmd_b ? cmd_a : cmd_a + "\n" + cmd_b;
 }
 
+// The gap and every gap whose results it read, transitively.
+std::vector<int32_t> upstream_closure(const RankState& rs, int32_t gap) {
+  std::vector<int32_t> todo{gap}, out;
+  while (!todo.empty()) {
+    const int32_t g = todo.back();
+    todo.pop_back();
+    if (std::find(out.begin(), out.end(), g) != out.end()) continue;
+    out.push_back(g);
+    const auto& up = rs.gaps[static_cast<std::size_t>(g)].upstream;
+    todo.insert(todo.end(), up.begin(), up.end());
+  }
+  return out;
+}
+
+// A gap is clean when neither it nor a gap whose results it read is tainted.
+bool gap_clean(const RankState& rs, int32_t gap) {
+  for (int32_t g : upstream_closure(rs, gap))
+    if (rs.gaps[static_cast<std::size_t>(g)].tainted) return false;
+  return true;
+}
+
+// The gaps of one region (upstream_closure) in the order their first suspect
+// events ran.
+std::vector<int32_t> region_gaps(const RankState& rs, int32_t gap) {
+  auto out = upstream_closure(rs, gap);
+  std::sort(out.begin(), out.end(), [&](int32_t x, int32_t y) {
+    const Gap& gx = rs.gaps[static_cast<std::size_t>(x)];
+    const Gap& gy = rs.gaps[static_cast<std::size_t>(y)];
+    return std::tie(gx.step, gx.t_start_ns, x) < std::tie(gy.step, gy.t_start_ns, y);
+  });
+  return out;
+}
+
 // A gap stays a candidate source while every tensor its events read carries
 // bits equal to the reference's (made by an event whose outputs were equal in
 // both runs) or made inside the gap. Bits of unknown provenance (never
 // produced in the recording, changed outside the dispatcher) taint it too: a
 // gap is named as a source only on evidence.
+//
+// Bits made by an earlier gap are the exception: the gaps are then one region
+// (region_gaps), clean while that gap is.
 void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, int32_t self) const {
   const int32_t gap = rs.gap_of_suspect[b];
   rs.events[static_cast<std::size_t>(self)].gap = gap;
@@ -536,8 +597,22 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
   Gap& g = rs.gaps[static_cast<std::size_t>(gap)];
   for (std::size_t r = se.first_input(b); r < se.first_output(b) && !g.tainted; ++r) {
     if (se.kind(r) != ValueKind::kTensor || is_write_only(se, b, r, pool_)) continue;
+    // A Python number the dispatcher wrapped is made at the call: a constant
+    // of the code only this run has, as bits made inside the gap are.
+    if (se.c->values.flags[r] & formats::kTensorWrappedNumber) continue;
     const Provenance p = rs.flow.provenance(se.bits(r));
-    g.tainted = !p.known || (p.differs && (p.event < 0 || rs.events[static_cast<std::size_t>(p.event)].gap != gap));
+    if (!p.known) {
+      g.tainted = true;
+      continue;
+    }
+    if (!p.differs) continue;
+    const int32_t from = p.event < 0 ? -1 : rs.events[static_cast<std::size_t>(p.event)].gap;
+    if (from == gap) continue;
+    if (from >= 0 && gap_clean(rs, from)) {
+      if (std::find(g.upstream.begin(), g.upstream.end(), from) == g.upstream.end()) g.upstream.push_back(from);
+      continue;
+    }
+    g.tainted = true;
   }
 }
 
@@ -554,9 +629,14 @@ void Engine::add_found(RankState& rs, DivergentEvent d) const {
 
 void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
                         int32_t gap_index, int input) {
-  Gap& g = rs.gaps[static_cast<std::size_t>(gap_index)];
-  if (g.reported) return;
-  g.reported = true;
+  // One region with the gaps whose results it read; reported once, where the
+  // first of its results that differs is read.
+  const auto parts = region_gaps(rs, gap_index);
+  for (int32_t p : parts)
+    if (rs.gaps[static_cast<std::size_t>(p)].reported) return;
+  for (int32_t p : parts) rs.gaps[static_cast<std::size_t>(p)].reported = true;
+  Gap g = rs.gaps[static_cast<std::size_t>(parts.front())];
+  for (std::size_t k = 1; k < parts.size(); ++k) g.merge(rs.gaps[static_cast<std::size_t>(parts[k])]);
   const Event ea = re.reader->event(a);
   const Event eb = se.reader->event(b);
   DivergentEvent d;
@@ -724,8 +804,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
         }
         if (s.kind == BitsSource::kPropagated) {
           const int32_t gap = s.event >= 0 ? rs.events[static_cast<std::size_t>(s.event)].gap : -1;
-          if (gap >= 0 && !rs.gaps[static_cast<std::size_t>(gap)].tainted)
-            gap_sources.emplace_back(gap, static_cast<int>(k));
+          if (gap >= 0 && gap_clean(rs, gap)) gap_sources.emplace_back(gap, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;

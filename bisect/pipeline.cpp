@@ -125,19 +125,19 @@ RunResult bisect_run(const RunOptions& o) {
   result.scope = fd.scope;
   result.phase = fd.phase;
   result.step = fd.step;
-  if (fd.cls == EventClass::kEntered || !fd.reference_id || !fd.suspect_id) {
-    result.status = RunResult::Status::kNotReplayable;
-    result.message = fmt::format("the first divergence entered {} without an operator producing it (data from "
-                                 "outside the recording): there is no op to replay; opguard diff shows where",
-                                 fd.op);
-    return finish();
-  }
   if (fd.region && !fd.reference_id) {
     result.status = RunResult::Status::kNotReplayable;
     result.message = fmt::format("the first divergence is a region where the reference ran {} ops and the suspect {} "
                                  "others: bisect run replays a region of one reference op; try opguard bisect window "
                                  "on the reference's events",
                                  fd.region->reference_events, fd.region->suspect_events);
+    return finish();
+  }
+  if (fd.cls == EventClass::kEntered || !fd.reference_id || !fd.suspect_id) {
+    result.status = RunResult::Status::kNotReplayable;
+    result.message = fmt::format("the first divergence entered {} without an operator producing it (data from "
+                                 "outside the recording): there is no op to replay; opguard diff shows where",
+                                 fd.op);
     return finish();
   }
   result.event = *fd.reference_id;

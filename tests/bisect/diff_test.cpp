@@ -492,6 +492,113 @@ TEST_CASE("a gap that also reads bits that already differed is not a source, eve
   for (const auto& o : d.report.origins) CHECK_FALSE(o.region);
 }
 
+namespace {
+
+// Attention as one op in the reference and spelled out in the suspect, which
+// first builds a mask with ops of its own (transformers' eager attention
+// against its sdpa one): two gaps, the second reading what the first made and
+// Python numbers the dispatcher wrapped. `c_fp`: the suspect's cos output (25
+// is the reference's), which only the mask reads. `reshape`: the reference
+// reshapes the attention's output, a second op of its own.
+void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = false) {
+  auto op = [](const char* name, std::vector<Value> in, std::vector<T> out, const char* scope) {
+    Op o{name, std::move(in), {}, scope};
+    for (const auto& t : out) o.outputs.push_back(tensor("", t));
+    return o;
+  };
+  auto number = [](uint64_t storage, uint64_t fp) {  // a wrapped Python number: no event made it
+    return tensor("other", T{storage, 0, fp, {}, DType::kFloat64, 0, {}, fmts::kTensorWrappedNumber});
+  };
+  for (Run* r : {&a, &b}) {
+    const bool suspect = r == &b;
+    const T x{1, 0, 10}, w{2, 1, 30}, h{3, 0, 20}, hn{4, 0, 21}, c{6, 0, suspect ? c_fp : 25};
+    r->add(0, op("aten::normal_", {tensor("self", T{2, 0, 0, {4}, DType::kFloat32, 0, {}, 1}, true)}, {w}, "model"));
+    r->add(0, op("aten::relu", {tensor("self", x)}, {h}, "model"));
+    r->add(0, op("aten::cos", {tensor("self", x)}, {c}, "model"));
+    const T mask{11, 0, 110, {4}, DType::kBool};
+    if (suspect) {  // gap 1: the mask
+      const T positions{10, 0, 100, {4}, DType::kInt64};
+      r->add(0, op("aten::arange", {}, {positions}, "model"));
+      r->add(0, op("aten::le", {tensor("self", positions), tensor("other", c)}, {mask}, "model"));
+    }
+    r->add(0, op("aten::layer_norm", {tensor("input", h)}, {hn}, "attn.ln"));
+    T y{5, 0, 500};
+    if (!suspect) {
+      if (!reshape) {
+        r->add(0, op("aten::scaled_dot_product_attention", {tensor("query", hn), tensor("key", w)}, {y}, "attn"));
+      } else {
+        const T heads{15, 0, 150, {2, 2}};
+        r->add(0, op("aten::scaled_dot_product_attention", {tensor("query", hn), tensor("key", w)}, {heads}, "attn"));
+        r->add(0, op("aten::reshape", {tensor("self", heads)}, {y}, "attn"));
+      }
+    } else {  // gap 2: attention spelled out, reading the mask
+      const T scores{12, 0, 120}, scaled{13, 0, 130}, filled{14, 0, 140};
+      y.fp = 501;
+      r->add(0, op("aten::matmul", {tensor("self", hn), tensor("other", w)}, {scores}, "attn"));
+      r->add(0, op("aten::mul", {tensor("self", scores), number(77, 0x3fd0)}, {scaled}, "attn"));
+      r->add(0, op("aten::masked_fill", {tensor("self", scaled), tensor("mask", mask), number(78, 0xfff0)}, {filled},
+                   "attn"));
+      r->add(0, op("aten::softmax", {tensor("self", filled)}, {y}, "attn"));
+    }
+    r->add(0, op("aten::add", {tensor("self", y), tensor("other", h)}, {T{9, 0, y.fp ^ 0x77}}, "model"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an op replaced by others that first build what they read with ops of their own (a mask) is one region, "
+          "named by the replaced op; Python numbers they read do not hide it") {
+  TempDir dir;
+  Run a, b;
+  spelled_out_attention_runs(a, b, 25);
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.cls == EventClass::kOrigin);
+  REQUIRE(f.region);
+  CHECK(f.op == "aten::scaled_dot_product_attention");
+  CHECK(f.scope == "attn");
+  CHECK(f.reference_id == std::optional<std::string>("4"));
+  CHECK(f.suspect_id == std::optional<std::string>("3"));  // the mask's first op
+  CHECK(f.region->reference_events == 1);
+  CHECK(f.region->suspect_events == 6);
+  CHECK(f.region->suspect_ops ==
+        std::vector<std::string>{"aten::arange", "aten::le", "aten::matmul", "aten::mul", "aten::masked_fill",
+                                 "aten::softmax"});
+  CHECK(f.region->consumer_op == "aten::add");
+  CHECK(d.report.origins.size() == 1);
+
+  // Two ops of the reference: named by the suspect's first, and bisect run
+  // says that it replays regions of one reference op (exit 65), not that data
+  // entered from outside.
+  Run a2, b2;
+  spelled_out_attention_runs(a2, b2, 25, true);
+  auto d2 = diff(a2, b2, dir);
+  REQUIRE(d2.report.first_divergent);
+  REQUIRE(d2.report.first_divergent->region);
+  CHECK(d2.report.first_divergent->region->reference_events == 2);
+  CHECK(d2.report.first_divergent->op == "aten::arange");
+  CHECK_FALSE(d2.report.first_divergent->reference_id);
+  bisect::RunOptions run;
+  run.reference = dir / "ref";
+  run.suspect = dir / "sus";
+  run.out_dir = dir / "out";
+  const bisect::RunResult r = bisect::bisect_run(run);
+  CHECK(r.status == bisect::RunResult::Status::kNotReplayable);
+  CHECK(r.message.find("is a region where the reference ran 2 ops") != std::string::npos);
+}
+
+TEST_CASE("a region whose mask read bits that already differed is not named: the op that made them is") {
+  TempDir dir;
+  Run a, b;
+  spelled_out_attention_runs(a, b, 26);  // cos is an origin; only the mask reads its output
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->op == "aten::cos");
+  CHECK_FALSE(d.report.first_divergent->region);
+  for (const auto& o : d.report.origins) CHECK_FALSE(o.region);
+}
+
 TEST_CASE("a changed non-tensor argument is origin-args; so is another random generator state") {
   TempDir dir;
   {
