@@ -228,6 +228,12 @@ RunResult bisect_run(const RunOptions& o) {
   if (result.config->nothing_to_bisect) {
     result.status = RunResult::Status::kNothingToBisect;
     result.message = result.config->message;
+    // A region under the same knobs: the programs compute it in other ops.
+    if (fd.region && config_differences(good, bad).empty())
+      result.message = fmt::format("the suspect ran {} other ops where the reference ran {} ({}), under the same "
+                                   "knobs: the programs differ there, not a knob; nothing to bisect (opguard diff "
+                                   "shows both sides)",
+                                   fd.region->suspect_events, fd.op, fd.scope.empty() ? "top level" : fd.scope);
     return finish();
   }
   std::string knobs;

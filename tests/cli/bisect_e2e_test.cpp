@@ -59,7 +59,7 @@ std::vector<std::string> minimal_knobs(const nlohmann::json& config) {
 // `env`: changes to the environment of `opguard bisect` itself.
 nlohmann::json check_run(const TempDir& tmp, const std::string& ref, const std::string& sus, const std::string& knob,
                          bool check_bundle = false, int max_trials = 16, const std::vector<std::string>& env = {}) {
-  // A small shrink budget keeps child-process knobs (two processes a trial) quick.
+  // A small shrink budget keeps the trials of child-process knobs quick.
   std::vector<std::string> args = {"run", ref, sus, "-o", tmp / "out", "--max-trials", std::to_string(max_trials)};
   if (check_bundle) args.insert(args.end(), {"--check-with", kPython});
   const auto j = bisect_json(tmp, args, 0, env);
@@ -264,6 +264,38 @@ TEST_CASE("bisect run on the C++ example, a declared 2-way tensor-parallel proje
 TEST_CASE("bisect run on the Python example, a declared 2-way tensor-parallel projection, names tp alone") {
   TempDir tmp;
   check_tensor_parallel(tmp, {kPython, kTinyGptPy});
+}
+
+TEST_CASE("bisect run on the Python example, SDPA against its spelled-out form: diff names the region by the "
+          "reference's op; nothing to bisect (exit 4), the programs differ") {
+  // tiny_gpt.py --attention manual multiplies by a Python number (a wrapped
+  // tensor no op made): that once hid the region, and diff named no operator.
+  TempDir tmp;
+  const std::vector<std::string> prog = {kPython, kTinyGptPy, "--steps", "1", "--print-every", "0", "--attention"};
+  auto with = [&](const char* attention) {
+    auto p = prog;
+    p.push_back(attention);
+    return p;
+  };
+  record(tmp, tmp / "ref", with("sdpa"));
+  record(tmp, tmp / "sus", with("manual"));
+  Result r = run({kOpguard, "diff", tmp / "ref", tmp / "sus", "--json"}, tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 3);
+  const auto d = nlohmann::json::parse(r.out);
+  REQUIRE(d["first_divergent"].is_object());
+  const auto& f = d["first_divergent"];
+  CHECK(f["class"] == "origin");
+  CHECK(f["op"] == "aten::scaled_dot_product_attention");
+  CHECK(f["scope"] == "blocks.0.attn");
+  REQUIRE(f["region"].is_object());
+  CHECK(f["region"]["reference_events"] == 1);
+  CHECK(f["region"]["suspect_ops"] == nlohmann::json::array({"aten::transpose.int", "aten::matmul", "aten::mul.Tensor",
+                                                             "aten::masked_fill.Scalar", "aten::softmax.int",
+                                                             "aten::matmul"}));
+  const auto j = bisect_json(tmp, {"run", tmp / "ref", tmp / "sus", "-o", tmp / "out"}, 4);
+  CHECK(j["status"] == "nothing-to-bisect");
+  CHECK(j["message"].get<std::string>().find("the programs differ there, not a knob") != std::string::npos);
 }
 
 TEST_CASE("bisect run on a program that flushes denormals to zero against one that does not names flush_denormal "
