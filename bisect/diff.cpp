@@ -362,10 +362,15 @@ struct Gap {
       }
     }
     ++count;
-    if (ids.size() < UnmatchedRegion::kMaxRegionEvents) {
-      ids.push_back(formats::event_id_string(e.id[i]));
-      ops.push_back(overload.empty() ? op : op + "." + overload);
-    }
+    ids.push_back(formats::event_id_string(e.id[i]));
+    ops.push_back(overload.empty() ? op : op + "." + overload);
+    keep_ends(ids);
+    keep_ends(ops);
+  }
+  // All of a list up to kMaxRegionEvents, else its first and last halves.
+  static void keep_ends(std::vector<std::string>& v) {
+    constexpr auto half = static_cast<std::ptrdiff_t>(UnmatchedRegion::kMaxRegionEvents / 2);
+    if (v.size() > UnmatchedRegion::kMaxRegionEvents) v.erase(v.begin() + half, v.end() - half);
   }
   // Appends `other`'s events to this one's (`other` ran later).
   void merge(const Gap& other) {
@@ -377,9 +382,10 @@ struct Gap {
       suspect_scope = other.suspect_scope, suspect_id = other.suspect_id, stream = other.stream;
       t_start_ns = other.t_start_ns, t_end_ns = other.t_end_ns;
     }
+    // Each list holds its own ends, so the ends of the two together are right.
     auto append = [](std::vector<std::string>& to, const std::vector<std::string>& from) {
-      for (const auto& x : from)
-        if (to.size() < UnmatchedRegion::kMaxRegionEvents) to.push_back(x);
+      to.insert(to.end(), from.begin(), from.end());
+      keep_ends(to);
     };
     append(region.reference_ids, other.region.reference_ids);
     append(region.reference_ops, other.region.reference_ops);
@@ -648,7 +654,7 @@ void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& s
   const bool one_reference_op = g.region.reference_events == 1;
   d.op = one_reference_op ? g.reference_op : g.region.suspect_ops.empty() ? eb.op : g.region.suspect_ops.front();
   d.overload = one_reference_op ? g.reference_overload : "";
-  d.scope = one_reference_op ? g.reference_scope : g.suspect_id ? g.suspect_scope : eb.scope;
+  d.scope = g.region.reference_events > 0 ? g.reference_scope : g.suspect_id ? g.suspect_scope : eb.scope;
   if (one_reference_op) d.reference_id = formats::event_id_string(*g.reference_id);
   const uint64_t shown = g.suspect_id.value_or(eb.id);
   d.suspect_id = formats::event_id_string(shown);

@@ -119,11 +119,15 @@ std::string dims_text(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// "aten::a (event 3), aten::b (event 4)", and how many more.
+// "aten::a (event 3), aten::b (event 4)"; where the list holds only the
+// first and last halves of more (UnmatchedRegion), how many are between.
 std::string events_text(const std::vector<std::string>& ops, const std::vector<std::string>& ids, int64_t total) {
+  const auto listed = static_cast<int64_t>(ops.size());
   std::string t;
-  for (std::size_t i = 0; i < ops.size(); ++i) t += fmt::format("{}{} (event {})", i ? ", " : "", ops[i], ids[i]);
-  if (total > static_cast<int64_t>(ops.size())) t += fmt::format(" and {} more", total - static_cast<int64_t>(ops.size()));
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (total > listed && i == ops.size() / 2) t += fmt::format(", ... {} more ...", total - listed);
+    t += fmt::format("{}{} (event {})", i ? ", " : "", ops[i], ids[i]);
+  }
   return t.empty() ? "nothing" : t;
 }
 

@@ -499,8 +499,9 @@ namespace {
 // against its sdpa one): two gaps, the second reading what the first made and
 // Python numbers the dispatcher wrapped. `c_fp`: the suspect's cos output (25
 // is the reference's), which only the mask reads. `reshape`: the reference
-// reshapes the attention's output, a second op of its own.
-void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = false) {
+// reshapes the attention's output, a second op of its own. `unsqueezes`: more
+// ops in the suspect's mask.
+void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = false, int unsqueezes = 0) {
   auto op = [](const char* name, std::vector<Value> in, std::vector<T> out, const char* scope) {
     Op o{name, std::move(in), {}, scope};
     for (const auto& t : out) o.outputs.push_back(tensor("", t));
@@ -517,8 +518,13 @@ void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = fa
     r->add(0, op("aten::cos", {tensor("self", x)}, {c}, "model"));
     const T mask{11, 0, 110, {4}, DType::kBool};
     if (suspect) {  // gap 1: the mask
-      const T positions{10, 0, 100, {4}, DType::kInt64};
+      T positions{10, 0, 100, {4}, DType::kInt64};
       r->add(0, op("aten::arange", {}, {positions}, "model"));
+      for (int k = 0; k < unsqueezes; ++k) {
+        const T next{positions.storage, 0, positions.fp + 1, {4}, DType::kInt64, 0, {1}};
+        r->add(0, op("aten::unsqueeze", {tensor("self", positions)}, {next}, "model"));
+        positions = next;
+      }
       r->add(0, op("aten::le", {tensor("self", positions), tensor("other", c)}, {mask}, "model"));
     }
     r->add(0, op("aten::layer_norm", {tensor("input", h)}, {hn}, "attn.ln"));
@@ -586,6 +592,25 @@ TEST_CASE("an op replaced by others that first build what they read with ops of 
   const bisect::RunResult r = bisect::bisect_run(run);
   CHECK(r.status == bisect::RunResult::Status::kNotReplayable);
   CHECK(r.message.find("is a region where the reference ran 2 ops") != std::string::npos);
+  CHECK(d2.report.first_divergent->scope == "attn");  // the reference's ops', not the mask's
+
+  // A long region lists its first and last 8 events, and how many between.
+  Run a3, b3;
+  spelled_out_attention_runs(a3, b3, 25, false, 20);
+  auto d3 = diff(a3, b3, dir);
+  REQUIRE(d3.report.first_divergent);
+  REQUIRE(d3.report.first_divergent->region);
+  const auto& g = *d3.report.first_divergent->region;
+  CHECK(g.suspect_events == 26);
+  REQUIRE(g.suspect_ids.size() == 16);
+  CHECK(g.suspect_ops.front() == "aten::arange");
+  CHECK(g.suspect_ops[7] == "aten::unsqueeze");
+  CHECK(g.suspect_ops[8] == "aten::unsqueeze");
+  CHECK(g.suspect_ops.back() == "aten::softmax");
+  CHECK(g.suspect_ids.front() == "3");
+  CHECK(g.suspect_ids.back() == "29");
+  CHECK(bisect::report_text(d3.report).find("aten::unsqueeze (event 10), ... 10 more ..., aten::unsqueeze (event 21)") !=
+        std::string::npos);
 }
 
 TEST_CASE("a region whose mask read bits that already differed is not named: the op that made them is") {

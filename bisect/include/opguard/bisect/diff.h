@@ -63,7 +63,8 @@ struct TensorEvidence {
 // the reference's and whose result, read by an aligned event, differs. It is
 // reported as an `origin` (DESIGN.md, "Boundary": runs with different
 // internals are compared where their dataflow meets again). Each id list
-// holds at most kMaxRegionEvents ids; the counts are complete.
+// holds every id up to kMaxRegionEvents, else the first and the last
+// kMaxRegionEvents / 2; the counts are complete.
 struct UnmatchedRegion {
   static constexpr std::size_t kMaxRegionEvents = 16;
   std::vector<std::string> reference_ids, reference_ops;  // the reference's events of the gap, in order
