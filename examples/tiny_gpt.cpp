@@ -308,15 +308,14 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
     if (sdpa) {
       y = at::scaled_dot_product_attention(qh, kh, vh, /*attn_mask=*/{}, is_training() ? dropout : 0.0,
                                            /*is_causal=*/true);
-      y = y.transpose(1, 2).contiguous().view({B, T, C});
-      { opguard::Scope s("proj"); y = proj(y); }
-      return maybe_dropout(y, dropout, is_training());
+    } else {
+      auto att = torch::matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+      att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+      att = torch::softmax(att, -1);
+      att = maybe_dropout(att, dropout, is_training());
+      y = torch::matmul(att, vh);
     }
-    auto att = torch::matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
-    att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
-    att = torch::softmax(att, -1);
-    att = maybe_dropout(att, dropout, is_training());
-    y = torch::matmul(att, vh).transpose(1, 2).contiguous().view({B, T, C});
+    y = y.transpose(1, 2).contiguous().view({B, T, C});
     { opguard::Scope s("proj"); y = proj(y); }
     return maybe_dropout(y, dropout, is_training());
   }

@@ -162,13 +162,13 @@ class CausalSelfAttention(nn.Module):
         if self.sdpa:
             p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            y = y.transpose(1, 2).contiguous().view(B, T, C)
-            return maybe_dropout(self.proj(y), self.dropout, self.training)
-        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(self.mask, float("-inf"))
-        att = torch.softmax(att, -1)
-        att = maybe_dropout(att, self.dropout, self.training)
-        y = torch.matmul(att, v).transpose(1, 2).contiguous().view(B, T, C)
+        else:
+            att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(self.mask, float("-inf"))
+            att = torch.softmax(att, -1)
+            att = maybe_dropout(att, self.dropout, self.training)
+            y = torch.matmul(att, v)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return maybe_dropout(self.proj(y), self.dropout, self.training)
 
 
