@@ -77,7 +77,7 @@ Provenance Dataflow::provenance(const TensorBits& m) const {
     const Observation& o = s.seen[k];
     if (o.geometry != m.geometry || o.version != m.version) continue;
     const bool same_bits = o.state == m.state && (m.state != BitsState::kHashed || o.fingerprint == m.fingerprint);
-    if (!same_bits) return {};
+    if (!same_bits) return {false, false, -1, s.last_writer};
     return {true, o.differs, o.event};
   }
   // As explain(): a storage any divergent event wrote may hold its bits.

@@ -53,6 +53,9 @@ struct Provenance {
   bool known = false;    // false: no event produced or saw these bits (or they changed outside the dispatcher)
   bool differs = false;  // they differed from the reference where last produced or seen
   int32_t event = -1;    // that event
+  // Where `known` is false: the event that last wrote the storage (-1: none),
+  // whose bits were then changed without an operator.
+  int32_t last_writer = -1;
 };
 
 class Dataflow {

@@ -590,9 +590,10 @@ std::vector<int32_t> region_gaps(const RankState& rs, int32_t gap) {
 
 // A gap stays a candidate source while every tensor its events read carries
 // bits equal to the reference's (made by an event whose outputs were equal in
-// both runs) or made inside the gap. Bits of unknown provenance (never
-// produced in the recording, changed outside the dispatcher) taint it too: a
-// gap is named as a source only on evidence.
+// both runs) or made inside the gap, which includes memory an event of the
+// gap made and the program filled without an operator. Other bits of unknown
+// provenance (never produced in the recording, changed outside the
+// dispatcher) taint it too: a gap is named as a source only on evidence.
 //
 // Bits made by an earlier gap are the exception: the gaps are then one region
 // (region_gaps), clean while that gap is.
@@ -608,7 +609,11 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
     if (se.c->values.flags[r] & formats::kTensorWrappedNumber) continue;
     const Provenance p = rs.flow.provenance(se.bits(r));
     if (!p.known) {
-      g.tainted = true;
+      // Memory an op of this gap made and the program then filled without an
+      // operator (torch.tensor(1.0) fills an aten::empty; numpy into a fresh
+      // buffer) holds data of the code only this run has, as a wrapped number.
+      const bool filled_here = p.last_writer >= 0 && rs.events[static_cast<std::size_t>(p.last_writer)].gap == gap;
+      if (!filled_here) g.tainted = true;
       continue;
     }
     if (!p.differs) continue;

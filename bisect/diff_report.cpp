@@ -133,8 +133,8 @@ std::string events_text(const std::vector<std::string>& ops, const std::vector<s
 
 std::string region_text(const DivergentEvent& d, const DiffReport& r) {
   const UnmatchedRegion& g = *d.region;
-  std::string t = fmt::format("  {} ops of the reference, {} of the suspect, that do not align  [origin: a region]\n",
-                              g.reference_events, g.suspect_events);
+  std::string t = fmt::format("  {} op{} of the reference, {} of the suspect, that do not align  [origin: a region]\n",
+                              g.reference_events, g.reference_events == 1 ? "" : "s", g.suspect_events);
   t += fmt::format("    step {}, rank {}, {}, scope {}\n", d.step, d.rank, d.phase, d.scope.empty() ? "(top)" : d.scope);
   t += fmt::format("    {} ran {}\n", r.reference_dir, events_text(g.reference_ops, g.reference_ids, g.reference_events));
   t += fmt::format("    {} ran {}\n", r.suspect_dir, events_text(g.suspect_ops, g.suspect_ids, g.suspect_events));

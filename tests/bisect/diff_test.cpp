@@ -500,8 +500,13 @@ namespace {
 // Python numbers the dispatcher wrapped. `c_fp`: the suspect's cos output (25
 // is the reference's), which only the mask reads. `reshape`: the reference
 // reshapes the attention's output, a second op of its own. `unsqueezes`: more
-// ops in the suspect's mask.
-void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = false, int unsqueezes = 0) {
+// ops in the suspect's mask. `literal`: the spelled-out attention also
+// multiplies by a tensor whose bits the program wrote without an operator into
+// memory an aten::empty made, as torch.tensor(1.0) does: an empty of the
+// attention's own (kLiteralInGap) or one both runs ran before (kFilledBefore).
+enum Literal { kNoLiteral, kLiteralInGap, kFilledBefore };
+void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = false, int unsqueezes = 0,
+                                Literal literal = kNoLiteral) {
   auto op = [](const char* name, std::vector<Value> in, std::vector<T> out, const char* scope) {
     Op o{name, std::move(in), {}, scope};
     for (const auto& t : out) o.outputs.push_back(tensor("", t));
@@ -516,6 +521,8 @@ void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = fa
     r->add(0, op("aten::normal_", {tensor("self", T{2, 0, 0, {4}, DType::kFloat32, 0, {}, 1}, true)}, {w}, "model"));
     r->add(0, op("aten::relu", {tensor("self", x)}, {h}, "model"));
     r->add(0, op("aten::cos", {tensor("self", x)}, {c}, "model"));
+    const T fresh{20, 0, 0, {}, DType::kFloat32, 0, {}, fmts::kTensorUninitialized}, filled_in{20, 0, 0x3f80, {}};
+    if (literal == kFilledBefore) r->add(0, op("aten::empty", {}, {fresh}, "model"));
     const T mask{11, 0, 110, {4}, DType::kBool};
     if (suspect) {  // gap 1: the mask
       T positions{10, 0, 100, {4}, DType::kInt64};
@@ -541,7 +548,14 @@ void spelled_out_attention_runs(Run& a, Run& b, uint64_t c_fp, bool reshape = fa
       const T scores{12, 0, 120}, scaled{13, 0, 130}, filled{14, 0, 140};
       y.fp = 501;
       r->add(0, op("aten::matmul", {tensor("self", hn), tensor("other", w)}, {scores}, "attn"));
-      r->add(0, op("aten::mul", {tensor("self", scores), number(77, 0x3fd0)}, {scaled}, "attn"));
+      Value scale = number(77, 0x3fd0);
+      if (literal != kNoLiteral) {
+        if (literal == kLiteralInGap) r->add(0, op("aten::empty", {}, {fresh}, "attn"));
+        r->add(0, op("aten::to", {tensor("self", filled_in)}, {filled_in}, "attn"));  // the first to read the bits
+        r->add(0, op("aten::lift_fresh", {tensor("self", filled_in)}, {filled_in}, "attn"));
+        scale = tensor("other", filled_in);
+      }
+      r->add(0, op("aten::mul", {tensor("self", scores), scale}, {scaled}, "attn"));
       r->add(0, op("aten::masked_fill", {tensor("self", scaled), tensor("mask", mask), number(78, 0xfff0)}, {filled},
                    "attn"));
       r->add(0, op("aten::softmax", {tensor("self", filled)}, {y}, "attn"));
@@ -611,6 +625,26 @@ TEST_CASE("an op replaced by others that first build what they read with ops of 
   CHECK(g.suspect_ids.back() == "29");
   CHECK(bisect::report_text(d3.report).find("aten::unsqueeze (event 10), ... 10 more ..., aten::unsqueeze (event 21)") !=
         std::string::npos);
+}
+
+TEST_CASE("a region may read a tensor literal it made (torch.tensor(1.0)), not memory from before it that the "
+          "program wrote without an operator") {
+  TempDir dir;
+  Run a, b;
+  spelled_out_attention_runs(a, b, 25, false, 0, kLiteralInGap);
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  REQUIRE(f.region);
+  CHECK(f.op == "aten::scaled_dot_product_attention");
+  CHECK(f.region->suspect_events == 9);
+  CHECK(f.region->suspect_ops[3] == "aten::empty");
+
+  Run a2, b2;
+  spelled_out_attention_runs(a2, b2, 25, false, 0, kFilledBefore);
+  auto d2 = diff(a2, b2, dir);
+  CHECK_FALSE(d2.report.first_divergent);
+  for (const auto& o : d2.report.origins) CHECK_FALSE(o.region);
 }
 
 TEST_CASE("a region whose mask read bits that already differed is not named: the op that made them is") {

@@ -294,6 +294,43 @@ TEST_CASE("bits written without the dispatcher are entered where an op first rea
   CHECK(scale["step"] == 0);
 }
 
+TEST_CASE("softmax spelled out with a torch.tensor literal is a region named by the softmax") {
+  // torch.tensor(1.0) writes the number into the buffer of an aten::empty
+  // without an operator, then calls aten::to and aten::lift_fresh: bits of
+  // unknown provenance, which made the diff name no operator at all.
+  TempDir tmp;
+  std::ofstream(tmp / "literal.py") << "import sys, torch\n"
+                                        "torch.manual_seed(0)\n"
+                                        "torch.set_num_threads(1)\n"
+                                        "m = torch.nn.Linear(16, 16)\n"
+                                        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                                        "x = torch.randn(8, 16)\n"
+                                        "for step in range(2):\n"
+                                        "    h = m(x)\n"
+                                        "    if sys.argv[1] == 'softmax':\n"
+                                        "        p = torch.softmax(h, dim=-1)\n"
+                                        "    else:\n"
+                                        "        e = torch.exp(h - h.amax(dim=-1, keepdim=True))\n"
+                                        "        p = e / e.sum(dim=-1, keepdim=True) * torch.tensor(1.0)\n"
+                                        "    loss = (p * p).sum()\n"
+                                        "    opt.zero_grad()\n"
+                                        "    loss.backward()\n"
+                                        "    opt.step()\n";
+  record(tmp, tmp / "ref", {kPython, tmp / "literal.py", "softmax"});
+  record(tmp, tmp / "sus", {kPython, tmp / "literal.py", "spelled"});
+  auto f = diff_json(tmp, tmp / "ref", tmp / "sus", 3)["first_divergent"];
+  REQUIRE(f.is_object());
+  CHECK(f["class"] == "origin");
+  CHECK(f["op"] == "aten::softmax");
+  CHECK(f["step"] == 0);
+  REQUIRE(f["region"].is_object());
+  std::set<std::string> ops;
+  for (const auto& o : f["region"]["suspect_ops"]) ops.insert(o.get<std::string>());
+  CHECK(ops.count("aten::empty.memory_format") == 1);
+  CHECK(ops.count("aten::lift_fresh") == 1);
+  CHECK(ops.count("aten::exp") == 1);
+}
+
 TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {
   TempDir tmp;
   record(tmp, tmp / "a", {kTinyGpt, "--steps", "1"});
