@@ -50,8 +50,9 @@ std::vector<KnobInfo> make_table() {
   add("dtype", "bfloat16|float16|float32|float64 (bf16, fp16, fp32, fp64)",
       "casts floating inputs to this dtype, runs the op, casts floating outputs back to the recorded dtype",
       false);
-  add("float32_matmul_precision", "highest|high|medium", "torch.set_float32_matmul_precision: fp32 matmul "
-      "through bf16/TF32 paths where the hardware has them", false);
+  add("float32_matmul_precision", "highest|high|medium", "the CPU's oneDNN fp32 matmul precision "
+      "(torch.backends.mkldnn.matmul.fp32_precision ieee|tf32|bf16, as torch.set_float32_matmul_precision sets it): "
+      "fp32 matmul through TF32/bf16 paths where the hardware has them; the CUDA one is tf32_cublas", false);
   add("flush_denormal", "on|off", "flush denormal floats to zero (at::globalContext().setFlushDenormal)", false);
   add("sdpa_backend", "all|none|math|flash|efficient|cudnn, or several joined by + (math+flash)",
       "the scaled_dot_product_attention backends enabled (torch.nn.attention.sdpa_kernel): the op picks its "

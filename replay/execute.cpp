@@ -12,7 +12,6 @@
 #include <torch/headeronly/version.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -344,15 +343,23 @@ class SettingsScope {
     mkldnn_ = ctx.userEnabledMkldnn();
     deterministic_ = ctx.deterministicAlgorithms();
     deterministic_warn_ = ctx.deterministicAlgorithmsWarnOnly();
-    switch (ctx.float32MatmulPrecision()) {
-      case at::Float32MatmulPrecision::HIGHEST: precision_ = "highest"; break;
-      case at::Float32MatmulPrecision::HIGH: precision_ = "high"; break;
-      case at::Float32MatmulPrecision::MEDIUM: precision_ = "medium"; break;
-    }
     if (s.threads) at::set_num_threads(*s.threads);
     if (s.mkldnn) ctx.setUserEnabledMkldnn(*s.mkldnn);
     if (s.deterministic) ctx.setDeterministicAlgorithms(*s.deterministic, false);
-    if (s.matmul_precision) ctx.setFloat32MatmulPrecision(*s.matmul_precision);
+    if (s.matmul_precision) {
+      // The knob is the CPU's (oneDNN's) fp32 matmul precision, as the
+      // recorder reads it; set through the per-backend API, which leaves the
+      // CUDA one alone and, unlike the legacy float32MatmulPrecision(), does
+      // not throw once a program mixed the legacy and the per-backend API.
+      using P = at::Float32Precision;
+      const std::string& v = *s.matmul_precision;
+      const P want = v == "high" ? P::TF32 : v == "medium" ? P::BF16 : P::IEEE;
+      const P now = ctx.float32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL);
+      if (want != now && !(want == P::IEEE && now == P::NONE)) {
+        precision_ = now;
+        ctx.setFloat32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL, want);
+      }
+    }
     if (s.flush_denormal) {
       flush_ = true;
       at::globalContext().setFlushDenormal(*s.flush_denormal);
@@ -383,7 +390,7 @@ class SettingsScope {
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     ctx.setUserEnabledMkldnn(mkldnn_);
     ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);
-    ctx.setFloat32MatmulPrecision(precision_);
+    if (precision_) ctx.setFloat32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL, *precision_);
     if (flush_) at::globalContext().setFlushDenormal(false);
     set_sdp(sdp_[0], sdp_[1], sdp_[2], sdp_[3]);
     if (!gpu_) return;
@@ -413,7 +420,7 @@ class SettingsScope {
   std::array<bool, 4> sdp_{};
   int threads_ = 1;
   bool mkldnn_ = true, deterministic_ = false, deterministic_warn_ = false, flush_ = false;
-  std::string precision_ = "highest";
+  std::optional<at::Float32Precision> precision_;  // the CPU's matmul precision before, where the trial changed it
 };
 
 // The autocast state the event was recorded under, around the call. A CPU
