@@ -693,6 +693,43 @@ TEST_CASE("a changed non-tensor argument is origin-args; so is another random ge
   }
 }
 
+TEST_CASE("an output one run did not fingerprint is no evidence of other bits: its op is not named, its reader is") {
+  // torch.compile's kernels write the buffer an out= op returned without the
+  // dispatcher; the hashing thread got to it first in one run only, and the
+  // diff named the out= op the origin (a bmm.out under 2 vs 1 threads).
+  TempDir dir;
+  for (const bool reader_differs : {false, true}) {
+    CAPTURE(reader_differs);
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      const bool suspect = r == &b;
+      auto op = [&](const char* name, std::vector<Value> in, const T& out) {
+        Op o{name, std::move(in), {}, "attn"};
+        o.outputs.push_back(tensor("", out));
+        r->add(0, o);
+      };
+      const T x{1, 0, 10};
+      op("aten::relu", {tensor("self", x)}, T{2, 0, 20});
+      const uint8_t unhashed = suspect ? static_cast<uint8_t>(fmts::kTensorNotFingerprinted) : 0;
+      const T y{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed};
+      op("aten::bmm", {tensor("self", x)}, y);  // event 1
+      const T filled{3, 0, suspect && reader_differs ? 41u : 40u};  // what the compiled kernel left there
+      op("aten::neg", {tensor("self", filled)}, T{4, 0, 50});  // event 2
+    }
+    auto d = diff(a, b, dir);
+    CHECK(d.by_suspect_id["1"] == EventClass::kSame);
+    if (!reader_differs) {
+      CHECK_FALSE(d.report.first_divergent);
+      continue;
+    }
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->cls == EventClass::kEntered);
+    CHECK(d.report.first_divergent->op == "aten::neg");
+    REQUIRE(d.report.first_divergent->producer_id);
+    CHECK(*d.report.first_divergent->producer_id == "1");
+  }
+}
+
 TEST_CASE("bits written without an operator (numpy) are entered: producer and first consumer named") {
   TempDir dir;
   Run a, b;
