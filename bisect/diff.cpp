@@ -419,6 +419,11 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
   c.input_differs.assign(b_n_in, 0);
   c.output_differs.assign(b_n_out, 0);
   c.tensor_input_differs = c.argument_differs = c.outputs_differ = false;
+  // A tensor one run did not fingerprint is no evidence that its bits differ:
+  // one written without the dispatcher before the hashing thread got to it
+  // (torch.compile's kernels fill what an out= op returned, and reuse the
+  // buffers it read) is hashed in one run and not in the other, by timing.
+  bool unknown_inputs = false;
   for (std::size_t k = 0; k < b_n_in; ++k) {
     if (k >= a_n_in) {
       c.input_differs[k] = 1;
@@ -427,21 +432,34 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
     }
     if (B.kind(b_in + k) == ValueKind::kTensor && is_write_only(B, b, b_in + k, pool)) continue;
     if (values_equal(A, a_in + k, B, b_in + k)) continue;
+    const bool tensors = A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor;
+    if (tensors && values_equal(A, a_in + k, B, b_in + k, true)) {
+      unknown_inputs = true;
+      continue;
+    }
     c.input_differs[k] = 1;
-    if (A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor) c.tensor_input_differs = true;
+    if (tensors) c.tensor_input_differs = true;
     else c.argument_differs = true;
   }
-  // An output one run did not fingerprint is no evidence that its bits differ:
-  // a tensor written without the dispatcher before the hashing thread got to
-  // it (torch.compile's kernels fill what an out= op returned) is hashed in
-  // one run and not in the other, by timing. Its readers see the bits.
-  // An input so is: its op is never named an origin on bits it cannot compare.
+  // An output so compares by dtype and shape: its readers see the bits.
   for (std::size_t k = 0; k < b_n_out; ++k) {
     if (k < a_n_out && values_equal(A, a_out + k, B, b_out + k, true)) continue;
     c.output_differs[k] = 1;
     c.outputs_differ = true;
   }
   if (a_n_out != b_n_out) c.outputs_differ = true;
+  // An input so is compared with nothing: with equal outputs the op is same;
+  // with other outputs it is never named an origin on bits it did not
+  // compare, and those inputs count as differing (propagated or entered).
+  if (unknown_inputs && !c.tensor_input_differs && c.outputs_differ) {
+    for (std::size_t k = 0; k < std::min(a_n_in, b_n_in); ++k) {
+      if (c.input_differs[k] || B.kind(b_in + k) != ValueKind::kTensor || is_write_only(B, b, b_in + k, pool) ||
+          values_equal(A, a_in + k, B, b_in + k))
+        continue;
+      c.input_differs[k] = 1;
+      c.tensor_input_differs = true;
+    }
+  }
 }
 
 struct Side {

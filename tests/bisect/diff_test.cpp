@@ -730,6 +730,39 @@ TEST_CASE("an output one run did not fingerprint is no evidence of other bits: i
   }
 }
 
+TEST_CASE("an input one run did not fingerprint is compared with nothing: same where the outputs agree, never an "
+          "origin where they do not") {
+  TempDir dir;
+  for (const bool outputs_differ : {false, true}) {
+    CAPTURE(outputs_differ);
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      const bool suspect = r == &b;
+      auto op = [&](const char* name, std::vector<Value> in, const T& out) {
+        Op o{name, std::move(in), {}, "mlp"};
+        o.outputs.push_back(tensor("", out));
+        r->add(0, o);
+      };
+      op("aten::relu", {tensor("self", T{1, 0, 10})}, T{2, 0, 20});  // event 0
+      // A buffer the compiled code filled, hashed in time in one run only.
+      const uint8_t unhashed = suspect ? static_cast<uint8_t>(fmts::kTensorNotFingerprinted) : 0;
+      const T buffer{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed};
+      op("aten::mm", {tensor("self", buffer), tensor("other", T{2, 0, 20})},
+         T{4, 0, suspect && outputs_differ ? 41u : 40u});  // event 1
+    }
+    auto d = diff(a, b, dir);
+    if (!outputs_differ) {
+      CHECK(d.by_suspect_id["1"] == EventClass::kSame);
+      CHECK_FALSE(d.report.first_divergent);
+      continue;
+    }
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->cls == EventClass::kEntered);
+    CHECK(d.report.first_divergent->op == "aten::mm");
+    CHECK(d.report.first_divergent->entered_input == "self");
+  }
+}
+
 TEST_CASE("bits written without an operator (numpy) are entered: producer and first consumer named") {
   TempDir dir;
   Run a, b;
