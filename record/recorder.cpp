@@ -19,6 +19,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1235,6 +1236,11 @@ void enter_kernel(Context& ctx) {
   g_kernels_in_flight.fetch_add(1, std::memory_order_acq_rel);
 }
 
+// The thread torch.compile is compiling on (0: none), between its compile
+// callbacks (python/opguard/hooks.py, through opguard_compile_begin/_end).
+// torch runs them around one compilation at a time, process-wide.
+std::atomic<uint64_t> g_compiling_thread{0};
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   RecorderImpl* recp = recorder_for_this_thread();
   if (recp == nullptr) return nullptr;
@@ -1314,6 +1320,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     rec.remember_node_scopes(fn.threadId(), seq, seq + 1, current_scope(rec, ts));
   }
   if (depth > 0) return nullptr;  // nested inside another op: not an event
+  // torch.compile compiling on this thread (opguard_compile_begin): its ops
+  // are the compiler's, not the run's.
+  if (g_compiling_thread.load(std::memory_order_relaxed) == ts.tid) return nullptr;
   if (g_kernels_in_flight.load(std::memory_order_acquire) > 0 && parallel_region_thread() > 0) {
     // Run by a kernel on one of its workers: part of that kernel's op (a
     // program's own at::parallel_for, outside any op, is recorded).
@@ -1327,6 +1336,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
   const OpInfo* op = rec.op_info(fn, *op_name);
   if (op->ignored) return nullptr;
+  // torch.compile's tracing runs the program's ops again on FakeTensors (no
+  // bytes, under FakeTensorMode): not the run's computation, and absent from
+  // a run that loads the compiled code from the cache, which would align
+  // with nothing. Not events.
+  if (c10::impl::dispatch_mode_enabled() &&
+      c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value())
+    return nullptr;
 
   auto ctx = std::make_unique<Context>(Context::kEvent);
   // The ops this op calls are not events: RecordFunction is off on this
@@ -1760,6 +1776,18 @@ extern "C" __attribute__((visibility("default"))) uint64_t opguard_push_scope(co
 
 extern "C" __attribute__((visibility("default"))) void opguard_pop_scope(uint64_t token) noexcept {
   opguard::record::pop_scope(token);
+}
+
+// torch.compile starts and ends compiling (torch._dynamo's compile callbacks:
+// a traced frame, a backward compiled at its first run): the operators the
+// calling thread runs in between are not events. End may come from another
+// thread.
+extern "C" __attribute__((visibility("default"))) void opguard_compile_begin() noexcept {
+  opguard::record::g_compiling_thread.store(static_cast<uint64_t>(syscall(SYS_gettid)), std::memory_order_relaxed);
+}
+
+extern "C" __attribute__((visibility("default"))) void opguard_compile_end() noexcept {
+  opguard::record::g_compiling_thread.store(0, std::memory_order_relaxed);
 }
 
 namespace opguard {

@@ -1,7 +1,6 @@
 # Put on PYTHONPATH by `opguard record`: installs opguard's module-scope hooks
 # as soon as the program imports torch, then runs any sitecustomize that this
 # one hides. Changes nothing else in the program.
-import importlib.abc
 import importlib.machinery
 import os
 import sys
@@ -19,36 +18,22 @@ def _chain_hidden_sitecustomize():
             return
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            loader_exec(module)
-            try:
-                from opguard import hooks
-
-                hooks.install()
-            except Exception as e:  # the recorder never takes the run down
-                sys.stderr.write("opguard: module scopes are off: %s\n" % e)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if os.environ.get("OPGUARD_OUT"):
-    if "torch" in sys.modules:
+def _install_hooks(torch_module=None):
+    try:
         from opguard import hooks
 
         hooks.install()
-    else:
-        sys.meta_path.insert(0, _TorchImportHook())
+    except Exception as e:  # the recorder never takes the run down
+        sys.stderr.write("opguard: module scopes are off: %s\n" % e)
+
+
+if os.environ.get("OPGUARD_OUT"):
+    try:
+        from opguard import hooks
+
+        hooks.after_import("torch", _install_hooks)  # opguard.hooks imports no torch
+    except Exception as e:
+        sys.stderr.write("opguard: module scopes are off: %s\n" % e)
 
 try:
     import importlib.util

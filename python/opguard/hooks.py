@@ -23,6 +23,8 @@ _names = weakref.WeakKeyDictionary()  # module -> its path, UTF-8 bytes
 _local = threading.local()
 _push = None  # opguard_push_scope(path) -> token, or None: ranges
 _pop = None   # opguard_pop_scope(token)
+_compile_begin = None  # opguard_compile_begin(), opguard_compile_end(): with _push
+_compile_end = None
 _compiling = None  # torch.compiler.is_compiling, bound by install()
 
 PREFIX = "opguard::scope/="
@@ -88,7 +90,7 @@ def _bind_scope_calls():
     """opguard_push_scope / opguard_pop_scope from a recorder library already
     in the process (LD_PRELOAD under `opguard record`, or opguard.load()); never
     loads one."""
-    global _push, _pop
+    global _push, _pop, _compile_begin, _compile_end
     if _push is not None or os.environ.get("OPGUARD_TEST_PY_SCOPE_RANGES") == "1":
         return
     import ctypes
@@ -110,12 +112,92 @@ def _bind_scope_calls():
         push.argtypes, push.restype = [ctypes.c_char_p], ctypes.c_uint64
         pop.argtypes, pop.restype = [ctypes.c_uint64], None
         _push, _pop = push, pop
+        try:
+            begin, end = lib.opguard_compile_begin, lib.opguard_compile_end
+            begin.argtypes, begin.restype = [], None
+            end.argtypes, end.restype = [], None
+            _compile_begin, _compile_end = begin, end
+        except AttributeError:
+            pass
         return
+
+
+def _watch_compilations(handler):
+    """Tells the recorder when torch.compile compiles: torch._dynamo runs its
+    compile callbacks around each compilation (a traced frame; a backward
+    compiled at its first run). The ops in between (on FakeTensors, and real
+    ones: constants, copies) are the compiler's: a run that loads the compiled
+    code from inductor's cache has none of them. Wraps the handler's runners
+    rather than registering callbacks, which torch._dynamo.reset() clears."""
+    if _compile_begin is None or getattr(handler, "_opguard_watched", False):
+        return
+    run_start, run_end = handler.run_start_callbacks, handler.run_end_callbacks
+
+    def start(args):
+        _compile_begin()
+        run_start(args)
+
+    def end(args):
+        try:
+            run_end(args)
+        finally:
+            _compile_end()
+
+    handler.run_start_callbacks, handler.run_end_callbacks = start, end
+    handler._opguard_watched = True
+
+
+class _AfterImport:
+    """Runs `then(module)` once the program imports `name`, right after the
+    module's own code, without importing it for the program."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        import sys
+        import importlib.machinery
+
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            try:
+                self.then(module)
+            except Exception as e:  # the recorder never takes the run down
+                sys.stderr.write("opguard: %s\n" % e)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def after_import(name, then):
+    """`then(module)` now if `name` is imported, else once the program imports it."""
+    import sys
+
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _watch_dynamo():
+    # torch._dynamo's compilations, from its first torch.compile call on.
+    if _compile_begin is not None:
+        after_import("torch._dynamo.callback", lambda m: _watch_compilations(m.callback_handler))
 
 
 def install():
     global _installed, _compiling
     _bind_scope_calls()
+    _watch_dynamo()
     if _installed:
         return
     import torch.compiler

@@ -331,6 +331,37 @@ TEST_CASE("softmax spelled out with a torch.tensor literal is a region named by 
   CHECK(ops.count("aten::exp") == 1);
 }
 
+TEST_CASE("a torch.compile'd program recorded as it compiles and again from inductor's cache: the runs agree") {
+  // The compiler's own ops (on FakeTensors while it traces, real ones for
+  // constants and copies; the backward's at its first run) were events: a
+  // thousand in the step that compiled, which the run that loaded the compiled
+  // code from the cache does not have, so the diff said "diverge in structure only".
+  TempDir tmp;
+  std::ofstream(tmp / "compiled.py") << "import torch\n"
+                                         "torch.manual_seed(0)\n"
+                                         "torch.set_num_threads(1)\n"
+                                         "m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),\n"
+                                         "                        torch.nn.Linear(128, 64))\n"
+                                         "head = torch.nn.LayerNorm(64)\n"
+                                         "opt = torch.optim.AdamW(list(m.parameters()) + list(head.parameters()))\n"
+                                         "f = torch.compile(m)\n"
+                                         "x = torch.randn(32, 64)\n"
+                                         "for step in range(3):\n"
+                                         "    loss = head(f(x)).pow(2).mean()\n"
+                                         "    opt.zero_grad()\n"
+                                         "    loss.backward()\n"
+                                         "    opt.step()\n";
+  const std::string cache = "TORCHINDUCTOR_CACHE_DIR=" + tmp / "inductor";
+  record(tmp, tmp / "cold", {kPython, tmp / "compiled.py"}, {cache});
+  record(tmp, tmp / "cached", {kPython, tmp / "compiled.py"}, {cache});
+  const auto cold = opguard::testing::events_of(tmp / "cold");
+  CHECK(cold.size() == opguard::testing::events_of(tmp / "cached").size());
+  std::size_t addmm = 0;  // the compiled forward calls out to addmm
+  for (const auto& e : cold) addmm += e.op == "aten::addmm" ? 1 : 0;
+  CHECK(addmm >= 6);
+  CHECK(diff_json(tmp, tmp / "cold", tmp / "cached", 0)["diverged"] == false);
+}
+
 TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {
   TempDir tmp;
   record(tmp, tmp / "a", {kTinyGpt, "--steps", "1"});
