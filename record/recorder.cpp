@@ -1306,6 +1306,16 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       ts.nodes.push_back(std::move(frame));
       return std::make_unique<Context>(Context::kNode);
     }
+    if (fn.scope() == at::RecordScope::FUNCTION && fn.seqNr() >= 0 && ts.nodes.empty() &&
+        at::GradMode::is_enabled()) {
+      // A Python autograd.Function's apply (its range: the class name and a
+      // sequence number), called with grad mode on: its forward runs with
+      // grad mode off, yet it is the forward pass of a differentiable op
+      // (torch.compile's CompiledFunction, a model's own Function), not
+      // `other`.
+      ts.phases.push_back({Phase::kForward, false});
+      return std::make_unique<Context>(Context::kPhase);
+    }
     return nullptr;
   }
 

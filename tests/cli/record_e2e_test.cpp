@@ -311,6 +311,36 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
 }
 
+TEST_CASE("a Python autograd.Function called with grad mode on runs its forward in phase forward, under no_grad "
+          "in phase other") {
+  // Its forward runs with grad mode off (torch.compile's CompiledFunction is
+  // one): its ops were in phase other, and aligned with nothing in a run
+  // whose model spells the same ops out.
+  TempDir tmp;
+  record_unchanged(tmp, "function.py",
+      "import torch\n"
+      "class Square(torch.autograd.Function):\n"
+      "    @staticmethod\n"
+      "    def forward(ctx, x):\n"
+      "        ctx.save_for_backward(x)\n"
+      "        return torch.square(x)\n"
+      "    @staticmethod\n"
+      "    def backward(ctx, g):\n"
+      "        x, = ctx.saved_tensors\n"
+      "        return g * 2 * x\n"
+      "torch.manual_seed(0)\n"
+      "x = torch.randn(8, requires_grad=True)\n"
+      "Square.apply(x).sum().backward()\n"
+      "with torch.no_grad():\n"
+      "    y = Square.apply(x)\n"
+      "print(x.grad.sum().item().hex(), y.sum().item().hex())\n",
+      tmp / "rec");
+  std::vector<fmts::Phase> square;
+  for (const auto& e : events_of(tmp / "rec"))
+    if (e.op == "aten::square") square.push_back(e.phase);
+  CHECK(square == std::vector<fmts::Phase>{fmts::Phase::kForward, fmts::Phase::kOther});
+}
+
 TEST_CASE("the buffers torch's CPU flash attention backward allocates on its OpenMP workers are not events") {
   // In bf16 the backward kernel calls at::empty on each intra-op worker
   // (torch 2.11): those ops belong to its event, not to the workers' threads.
