@@ -423,6 +423,8 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
   // one written without the dispatcher before the hashing thread got to it
   // (torch.compile's kernels fill what an out= op returned, and reuse the
   // buffers it read) is hashed in one run and not in the other, by timing.
+  // Such inputs are marked kUnknownInput until the outputs are compared.
+  constexpr char kUnknownInput = 2;
   bool unknown_inputs = false;
   for (std::size_t k = 0; k < b_n_in; ++k) {
     if (k >= a_n_in) {
@@ -434,6 +436,7 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
     if (values_equal(A, a_in + k, B, b_in + k)) continue;
     const bool tensors = A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor;
     if (tensors && values_equal(A, a_in + k, B, b_in + k, true)) {
+      c.input_differs[k] = kUnknownInput;
       unknown_inputs = true;
       continue;
     }
@@ -451,15 +454,11 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
   // An input so is compared with nothing: with equal outputs the op is same;
   // with other outputs it is never named an origin on bits it did not
   // compare, and those inputs count as differing (propagated or entered).
-  if (unknown_inputs && !c.tensor_input_differs && c.outputs_differ) {
-    for (std::size_t k = 0; k < std::min(a_n_in, b_n_in); ++k) {
-      if (c.input_differs[k] || B.kind(b_in + k) != ValueKind::kTensor || is_write_only(B, b, b_in + k, pool) ||
-          values_equal(A, a_in + k, B, b_in + k))
-        continue;
-      c.input_differs[k] = 1;
-      c.tensor_input_differs = true;
-    }
-  }
+  if (!unknown_inputs) return;
+  const bool count_as_differing = !c.tensor_input_differs && c.outputs_differ;
+  for (char& d : c.input_differs)
+    if (d == kUnknownInput) d = count_as_differing ? 1 : 0;
+  if (count_as_differing) c.tensor_input_differs = true;
 }
 
 struct Side {

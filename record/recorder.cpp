@@ -1330,9 +1330,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     rec.remember_node_scopes(fn.threadId(), seq, seq + 1, current_scope(rec, ts));
   }
   if (depth > 0) return nullptr;  // nested inside another op: not an event
-  // torch.compile compiling on this thread (opguard_compile_begin): its ops
-  // are the compiler's, not the run's.
+  // The compiler's ops are not the run's computation, and a run that loads the
+  // compiled code from inductor's cache has none of them: not events. Those
+  // of torch.compile compiling on this thread (opguard_compile_begin), and
+  // ops on FakeTensors under a FakeTensorMode (its tracing; no bytes).
   if (g_compiling_thread.load(std::memory_order_relaxed) == ts.tid) return nullptr;
+  if (c10::impl::dispatch_mode_enabled() &&
+      c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value())
+    return nullptr;
   if (g_kernels_in_flight.load(std::memory_order_acquire) > 0 && parallel_region_thread() > 0) {
     // Run by a kernel on one of its workers: part of that kernel's op (a
     // program's own at::parallel_for, outside any op, is recorded).
@@ -1346,13 +1351,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 
   const OpInfo* op = rec.op_info(fn, *op_name);
   if (op->ignored) return nullptr;
-  // torch.compile's tracing runs the program's ops again on FakeTensors (no
-  // bytes, under FakeTensorMode): not the run's computation, and absent from
-  // a run that loads the compiled code from the cache, which would align
-  // with nothing. Not events.
-  if (c10::impl::dispatch_mode_enabled() &&
-      c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE).has_value())
-    return nullptr;
 
   auto ctx = std::make_unique<Context>(Context::kEvent);
   // The ops this op calls are not events: RecordFunction is off on this

@@ -12,6 +12,7 @@
 #include <torch/headeronly/version.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>

@@ -15,6 +15,7 @@ ranges (tests compare both).
 """
 
 import os
+import sys
 import threading
 import weakref
 
@@ -157,7 +158,6 @@ class _AfterImport:
     def find_spec(self, name, path=None, target=None):
         if name != self.name:
             return None
-        import sys
         import importlib.machinery
 
         sys.meta_path.remove(self)
@@ -179,8 +179,6 @@ class _AfterImport:
 
 def after_import(name, then):
     """`then(module)` now if `name` is imported, else once the program imports it."""
-    import sys
-
     module = sys.modules.get(name)
     if module is not None:
         then(module)

@@ -693,6 +693,21 @@ TEST_CASE("a changed non-tensor argument is origin-args; so is another random ge
   }
 }
 
+namespace {
+
+// An op with one output, appended to step 0 of `r`.
+void add_op(Run& r, const char* name, std::vector<Value> in, const T& out, const char* scope) {
+  Op o{name, std::move(in), {}, scope};
+  o.outputs.push_back(tensor("", out));
+  r.add(0, o);
+}
+
+// Tensor flags of a tensor the suspect did not fingerprint (a buffer the
+// compiled code filled, hashed in time in the reference only).
+uint8_t unhashed_in(bool suspect) { return suspect ? static_cast<uint8_t>(fmts::kTensorNotFingerprinted) : 0; }
+
+}  // namespace
+
 TEST_CASE("an output one run did not fingerprint is no evidence of other bits: its op is not named, its reader is") {
   // torch.compile's kernels write the buffer an out= op returned without the
   // dispatcher; the hashing thread got to it first in one run only, and the
@@ -703,18 +718,12 @@ TEST_CASE("an output one run did not fingerprint is no evidence of other bits: i
     Run a, b;
     for (Run* r : {&a, &b}) {
       const bool suspect = r == &b;
-      auto op = [&](const char* name, std::vector<Value> in, const T& out) {
-        Op o{name, std::move(in), {}, "attn"};
-        o.outputs.push_back(tensor("", out));
-        r->add(0, o);
-      };
       const T x{1, 0, 10};
-      op("aten::relu", {tensor("self", x)}, T{2, 0, 20});
-      const uint8_t unhashed = suspect ? static_cast<uint8_t>(fmts::kTensorNotFingerprinted) : 0;
-      const T y{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed};
-      op("aten::bmm", {tensor("self", x)}, y);  // event 1
+      add_op(*r, "aten::relu", {tensor("self", x)}, T{2, 0, 20}, "attn");
+      const T y{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed_in(suspect)};
+      add_op(*r, "aten::bmm", {tensor("self", x)}, y, "attn");  // event 1
       const T filled{3, 0, suspect && reader_differs ? 41u : 40u};  // what the compiled kernel left there
-      op("aten::neg", {tensor("self", filled)}, T{4, 0, 50});  // event 2
+      add_op(*r, "aten::neg", {tensor("self", filled)}, T{4, 0, 50}, "attn");  // event 2
     }
     auto d = diff(a, b, dir);
     CHECK(d.by_suspect_id["1"] == EventClass::kSame);
@@ -738,17 +747,10 @@ TEST_CASE("an input one run did not fingerprint is compared with nothing: same w
     Run a, b;
     for (Run* r : {&a, &b}) {
       const bool suspect = r == &b;
-      auto op = [&](const char* name, std::vector<Value> in, const T& out) {
-        Op o{name, std::move(in), {}, "mlp"};
-        o.outputs.push_back(tensor("", out));
-        r->add(0, o);
-      };
-      op("aten::relu", {tensor("self", T{1, 0, 10})}, T{2, 0, 20});  // event 0
-      // A buffer the compiled code filled, hashed in time in one run only.
-      const uint8_t unhashed = suspect ? static_cast<uint8_t>(fmts::kTensorNotFingerprinted) : 0;
-      const T buffer{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed};
-      op("aten::mm", {tensor("self", buffer), tensor("other", T{2, 0, 20})},
-         T{4, 0, suspect && outputs_differ ? 41u : 40u});  // event 1
+      add_op(*r, "aten::relu", {tensor("self", T{1, 0, 10})}, T{2, 0, 20}, "mlp");  // event 0
+      const T buffer{3, 0, 30, {4}, DType::kFloat32, 0, {}, unhashed_in(suspect)};
+      add_op(*r, "aten::mm", {tensor("self", buffer), tensor("other", T{2, 0, 20})},
+             T{4, 0, suspect && outputs_differ ? 41u : 40u}, "mlp");  // event 1
     }
     auto d = diff(a, b, dir);
     if (!outputs_differ) {

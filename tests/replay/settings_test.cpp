@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "../support/process.h"
+#include "../support/recording_keys.h"
 #include "opguard/formats/recording.h"
 #include "opguard/replay/replay.h"
 
@@ -35,12 +36,8 @@ TEST_CASE("a trial sets and restores the CPU's matmul precision per backend: in 
   INFO(rec.err);
   REQUIRE(rec.exit_code == 0);
   std::string mm;
-  const auto layout = opguard::formats::scan_recording(tmp / "rec");
-  for (const auto& [step, path] : layout.ranks.at(0).steps) {
-    const opguard::formats::StepReader reader(path);
-    for (const auto& e : reader.events())
-      if (e.op == "aten::mm") mm = opguard::formats::event_id_string(e.id);
-  }
+  for (const auto& e : opguard::testing::events_of(tmp / "rec"))
+    if (e.op == "aten::mm") mm = opguard::formats::event_id_string(e.id);
   REQUIRE(!mm.empty());
 
   auto& ctx = at::globalContext();
