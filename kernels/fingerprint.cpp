@@ -24,8 +24,41 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace opguard::kernels {
+namespace {
+
+#if defined(__x86_64__)
+__attribute__((target("avx"))) void zero_upper_avx() { _mm256_zeroupper(); }
+#endif
+
+// XXH3's AVX-512 code in libxxhash 0.8.1 (Debian 12) returns with the upper
+// halves of the vector registers in use (no vzeroupper). Until something
+// clears them, every legacy-SSE instruction the thread runs next pays for
+// the transition: libtorch's scalar code, and MKL's SSE2 kernels, which
+// MKL_CBWR=COMPATIBLE selects, ran an sgemm 5-6 times slower after one hash
+// (a recorded tiny_gpt step under MKL_CBWR=COMPATIBLE: 4.8x the unrecorded
+// one). Every hash here clears them before it returns to its caller.
+void clear_upper_state() {
+#if defined(__x86_64__)
+  static const bool has_avx = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") != 0;
+  }();
+  if (has_avx) zero_upper_avx();
+#endif
+}
+
+uint64_t hash_bytes(const void* data, std::size_t n) {
+  const uint64_t h = XXH3_64bits(data, n);
+  clear_upper_state();
+  return h;
+}
+
+}  // namespace
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
@@ -412,7 +445,7 @@ uint64_t combine_chunk_hashes(DType dtype, const int64_t* sizes, int ndim, std::
   std::memcpy(p, &n64, 8);
   p += 8;
   if (n_chunks > 0) std::memcpy(p, chunk_hashes, 8 * n_chunks);
-  return XXH3_64bits(buf, len);
+  return hash_bytes(buf, len);
 }
 
 namespace {
@@ -425,7 +458,7 @@ void contiguous_chunk_hashes(const void* data, std::size_t nbytes, std::vector<u
   const auto* bytes = static_cast<const uint8_t*>(data);
   auto hash_chunk = [&](std::size_t i) {
     const std::size_t off = i * kFingerprintChunkBytes;
-    hashes[i] = XXH3_64bits(bytes + off, std::min(kFingerprintChunkBytes, nbytes - off));
+    hashes[i] = hash_bytes(bytes + off, std::min(kFingerprintChunkBytes, nbytes - off));
   };
   if (pool != nullptr) {
     pool->parallel_for(n, hash_chunk);
@@ -491,7 +524,7 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
     while (left > 0) {
       const int64_t take = std::min(left, chunk_bytes - filled);
       if (filled == 0 && (take == chunk_bytes || next == end)) {
-        *hashes++ = XXH3_64bits(p, static_cast<std::size_t>(take));  // the whole chunk at once
+        *hashes++ = hash_bytes(p, static_cast<std::size_t>(take));  // the whole chunk at once
       } else {
         if (filled == 0) XXH3_64bits_reset(&state);
         XXH3_64bits_update(&state, p, static_cast<std::size_t>(take));
@@ -506,6 +539,7 @@ void strided_range_hashes(const TensorView& view, int64_t begin, int64_t end, ui
     }
     pos = next;
   }
+  clear_upper_state();  // after the streaming state's updates and digests
   // A block of long rows (up to kMaxBlockBytes) is not kept for the next view.
   if (buffer.capacity() > kTallBlockBytes) std::vector<uint8_t>().swap(buffer);
 }
@@ -576,7 +610,7 @@ std::size_t byte_span(const TensorView& view) {
 
 uint64_t probe_with_stride(const TensorView& view, std::size_t span, std::size_t stride) {
   const auto* p = static_cast<const uint8_t*>(view.data);
-  if (span <= 2 * kProbeLine) return XXH3_64bits(p, span);
+  if (span <= 2 * kProbeLine) return hash_bytes(p, span);
   thread_local std::vector<uint8_t> lines;
   lines.resize(((span - 1) / stride + 2) * kProbeLine);
   uint8_t* out = lines.data();
@@ -589,7 +623,7 @@ uint64_t probe_with_stride(const TensorView& view, std::size_t span, std::size_t
     }
     out += kProbeLine;
   });
-  return XXH3_64bits(lines.data(), static_cast<std::size_t>(out - lines.data()));
+  return hash_bytes(lines.data(), static_cast<std::size_t>(out - lines.data()));
 }
 
 }  // namespace

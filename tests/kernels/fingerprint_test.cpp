@@ -4,13 +4,19 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "opguard/kernels/fingerprint.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 using opguard::DType;
 using namespace opguard::kernels;
@@ -323,3 +329,63 @@ TEST_CASE("stamped probe lines make a fresh buffer's probe independent of its ga
     CHECK(probe(va) != stamped);
   }
 }
+
+#if defined(__x86_64__)
+namespace {
+
+// XINUSE (XGETBV with ECX = 1): which parts of the vector state are not in
+// their initial state. std::nullopt where the CPU does not report it.
+std::optional<uint64_t> vector_state_in_use() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || (c & (1u << 27)) == 0) return std::nullopt;  // OSXSAVE
+  if (!__get_cpuid_count(0xd, 1, &a, &b, &c, &d) || (a & (1u << 2)) == 0) return std::nullopt;
+  uint32_t lo = 0, hi = 0;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+// The upper halves of ymm0-15 (bit 2) and of zmm0-15 (bit 6).
+constexpr uint64_t kUpperHalves = (1u << 2) | (1u << 6);
+
+// Not a target("avx2") function: the compiler would end it with vzeroupper.
+// Called only where the CPU has AVX2.
+void dirty_upper_halves() { asm volatile("vpcmpeqd %%ymm0, %%ymm0, %%ymm0" ::: "xmm0"); }
+
+}  // namespace
+
+TEST_CASE("every hash returns with the upper halves of the vector registers clear") {
+  // Left in use (XXH3's AVX-512 code in libxxhash 0.8.1 does not clear
+  // them), every legacy-SSE instruction the thread runs next pays for it:
+  // MKL's SSE2 kernels under MKL_CBWR=COMPATIBLE ran 5-6 times slower after a
+  // hash on the training thread.
+  const auto before = vector_state_in_use();
+  if (!before || !__builtin_cpu_supports("avx2")) {
+    MESSAGE("skipped: this CPU does not report which vector state is in use (XGETBV 1), or has no AVX2");
+    return;
+  }
+  dirty_upper_halves();
+  const auto dirty = vector_state_in_use();
+  REQUIRE((*dirty & (1u << 2)) != 0);  // the check can see the state
+
+  std::vector<uint8_t> bytes = random_bytes(3 * kFingerprintChunkBytes + 100, 9);
+  const int64_t n = static_cast<int64_t>(bytes.size() / 4);
+  const int64_t sizes[2] = {256, 128}, strides[2] = {1, 256};  // a transposed view
+  const TensorView flat{DType::kFloat32, &n, nullptr, 1, bytes.data()};
+  const TensorView transposed{DType::kFloat32, sizes, strides, 2, bytes.data()};
+  HashPool pool(2);
+  const std::vector<std::pair<const char*, std::function<void()>>> hashes = {
+      {"fingerprint", [&] { (void)fingerprint(flat); }},
+      {"fingerprint, a pool", [&] { (void)fingerprint(flat, &pool); }},
+      {"fingerprint of a transposed view", [&] { (void)fingerprint(transposed); }},
+      {"probe", [&] { (void)probe(flat); }},
+      {"quick_probe", [&] { (void)quick_probe(transposed); }},
+  };
+  for (const auto& [name, hash] : hashes) {
+    CAPTURE(name);
+    dirty_upper_halves();
+    hash();
+    const auto after = vector_state_in_use();
+    CHECK((*after & kUpperHalves) == 0);
+  }
+}
+#endif
