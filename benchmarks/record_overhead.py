@@ -45,6 +45,27 @@ ROOT = os.path.dirname(HERE)
 STEP_RE = re.compile(r"steps 1\.\.\d+ mean ([0-9.]+) ms")
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+# Variables that change which kernels run, and so the step time and the ratio
+# (MKL_CBWR=COMPATIBLE: MKL's SSE2 branch, 1.8x the step time here).
+NUMERICS_VARIABLES = ("MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def numerics_environment():
+    set_ = ["%s=%s" % (k, os.environ[k]) for k in NUMERICS_VARIABLES if k in os.environ]
+    return " ".join(set_) if set_ else "none of %s set" % ", ".join(NUMERICS_VARIABLES)
+
+
 def step_ms(cmd, env=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if r.returncode != 0:
@@ -132,6 +153,7 @@ def main():
                          statistics.median(baseline) / base, paired(baseline)))
     shutil.rmtree(tmp, ignore_errors=True)
     print("size: %s --threads %d, %d steps, median of %d interleaved repeats" % (a.size, a.threads, a.steps, a.repeats))
+    print("machine: %s, %d cores; %s" % (cpu_model(), os.cpu_count() or 0, numerics_environment()))
     print("%-20s %-32s %12s %8s %8s" % ("program", "mode", "step ms", "ratio", "paired"))
     for r in rows:
         print("%-20s %-32s %12.1f %8.3f %8.3f" % r)
