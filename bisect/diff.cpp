@@ -346,6 +346,12 @@ struct Gap {
   // no event of the gap made: what the gap computed may differ because of its
   // inputs, so it is not a source.
   bool tainted = false;
+  // Where it was tainted by bits of unknown provenance (not by bits that
+  // already differed): the first such read, for the note of a region that
+  // is not named (withheld_note).
+  std::optional<uint64_t> unknown_reader_id;
+  std::string unknown_reader_op;
+  int unknown_input = -1;
   bool reported = false;
   // Earlier gaps whose results its events read (a mask built by ops only one
   // run has, then read by the other ops it has instead of one): clean when
@@ -490,6 +496,14 @@ struct RankState {
   std::vector<FlowEvent> events;
   std::vector<DivergentEvent> found;  // divergence sources, execution order, at most max(1, max_origins)
   std::optional<DivergentEvent> first_unmatched;
+  // The first region whose differing result was read but that is not named
+  // because it read bits of unknown provenance (withheld_note).
+  struct Withheld {
+    int64_t step = 0;
+    int64_t t_start_ns = 0;
+    std::string note;
+  };
+  std::optional<Withheld> withheld;
   // This step's forward events by scope: the last one, and the last one whose
   // bits differed. Backward ops read tensors that a forward op saved for them
   // without returning them (layer_norm's mean and rstd, log_softmax inside
@@ -521,6 +535,7 @@ class Engine {
                 PhaseSummary& summary, const std::vector<int32_t>& order, std::size_t position);
   bool replicated(const StepEvents& s, std::size_t i) const;
   void mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, int32_t self) const;
+  void note_withheld(RankState& rs, const StepEvents& se, std::size_t b, int32_t gap, int input) const;
   void report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
                   int32_t gap, int input);
   void add_found(RankState& rs, DivergentEvent d) const;
@@ -542,6 +557,7 @@ class Engine {
   std::map<std::tuple<int, int64_t, int>, PhaseSummary> summaries_;
   std::vector<DivergentEvent> found_;
   std::vector<DivergentEvent> unmatched_;
+  std::vector<RankState::Withheld> withheld_;  // each rank's first
   std::unique_ptr<TraceLog> trace_;
   PairComparison cmp_;  // the pair being classified
 };
@@ -596,6 +612,13 @@ std::vector<int32_t> upstream_closure(const RankState& rs, int32_t gap) {
   return out;
 }
 
+// The gaps of one region (region_gaps) as one.
+Gap merged_region(const RankState& rs, const std::vector<int32_t>& parts) {
+  Gap g = rs.gaps[static_cast<std::size_t>(parts.front())];
+  for (std::size_t k = 1; k < parts.size(); ++k) g.merge(rs.gaps[static_cast<std::size_t>(parts[k])]);
+  return g;
+}
+
 // A gap is clean when neither it nor a gap whose results it read is tainted.
 bool gap_clean(const RankState& rs, int32_t gap) {
   for (int32_t g : upstream_closure(rs, gap))
@@ -640,7 +663,13 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
       // operator (torch.tensor(1.0) fills an aten::empty; numpy into a fresh
       // buffer) holds data of the code only this run has, as a wrapped number.
       const bool filled_here = p.last_writer >= 0 && rs.events[static_cast<std::size_t>(p.last_writer)].gap == gap;
-      if (!filled_here) g.tainted = true;
+      if (!filled_here) {
+        g.tainted = true;
+        g.unknown_reader_id = se.c->events.id[b];
+        const std::string& overload = pool_[se.overload(b)];
+        g.unknown_reader_op = pool_[se.op(b)] + (overload.empty() ? "" : "." + overload);
+        g.unknown_input = static_cast<int>(r - se.first_input(b));
+      }
       continue;
     }
     if (!p.differs) continue;
@@ -665,6 +694,51 @@ void Engine::add_found(RankState& rs, DivergentEvent d) const {
   if (rs.found.size() > keep) rs.found.pop_back();
 }
 
+// A region whose differing result event b read (input `input`) and that is
+// not named because it, or a region whose results it read, read bits of
+// unknown provenance: said in a note, so that the diff of a program whose
+// compiled kernels (torch.compile) write memory outside the dispatcher says
+// where its runs part and why no operator is named there. Regions tainted
+// only by bits that already differed get no note: what made those bits is
+// classified on its own.
+void Engine::note_withheld(RankState& rs, const StepEvents& se, std::size_t b, int32_t gap, int input) const {
+  const auto parts = region_gaps(rs, gap);
+  const Gap* unknown = nullptr;
+  for (int32_t p : parts) {
+    const Gap& part = rs.gaps[static_cast<std::size_t>(p)];
+    if (part.unknown_reader_id && (unknown == nullptr || *part.unknown_reader_id < *unknown->unknown_reader_id))
+      unknown = &part;
+  }
+  if (unknown == nullptr) return;
+  const Gap g = merged_region(rs, parts);
+  auto side = [](int64_t n, const std::vector<std::string>& ops, const std::vector<std::string>& ids) {
+    if (n == 0) return std::string("none");
+    std::string t = fmt::format("{} op{} from event {} ({}", n, n == 1 ? "" : "s", ids.front(), ops.front());
+    if (n > 1) t += fmt::format(" ... {}", ops.back());
+    return t + ")";
+  };
+  const std::string& overload = pool_[se.overload(b)];
+  const std::string swapped =
+      ranks_mode_ ? fmt::format("opguard diff {} --ranks {},{}", shell_quote(sus_.dir), rs.suspect_rank, rs.reference_rank)
+                  : fmt::format("opguard diff {} {}", shell_quote(sus_.dir), shell_quote(ref_.dir));
+  RankState::Withheld w;
+  w.step = g.step;
+  w.t_start_ns = g.t_start_ns;
+  w.note = fmt::format(
+      "rank {} step {} {}: a region that does not align (reference: {}; suspect: {}) returned bits that differ, "
+      "read by {} (event {}, input {}), and is not named: its event {} ({}) read input {}, bits that no operator of "
+      "the recording made (memory written outside the dispatcher: kernels that torch.compile generated, numpy, a "
+      "custom extension), so its inputs are not known to be equal in both runs (where the reference's ops of the "
+      "region read only bits that operators made, `{}` compares it from the reference's side)",
+      rs.suspect_rank, g.step, formats::phase_name(g.phase),
+      side(g.region.reference_events, g.region.reference_ops, g.region.reference_ids),
+      side(g.region.suspect_events, g.region.suspect_ops, g.region.suspect_ids),
+      pool_[se.op(b)] + (overload.empty() ? "" : "." + overload), formats::event_id_string(se.c->events.id[b]), input,
+      formats::event_id_string(*unknown->unknown_reader_id), unknown->unknown_reader_op, unknown->unknown_input,
+      swapped);
+  rs.withheld = std::move(w);
+}
+
 void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
                         int32_t gap_index, int input) {
   // One region with the gaps whose results it read; reported once, where the
@@ -673,8 +747,7 @@ void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& s
   for (int32_t p : parts)
     if (rs.gaps[static_cast<std::size_t>(p)].reported) return;
   for (int32_t p : parts) rs.gaps[static_cast<std::size_t>(p)].reported = true;
-  Gap g = rs.gaps[static_cast<std::size_t>(parts.front())];
-  for (std::size_t k = 1; k < parts.size(); ++k) g.merge(rs.gaps[static_cast<std::size_t>(parts[k])]);
+  const Gap g = merged_region(rs, parts);
   const Event ea = re.reader->event(a);
   const Event eb = se.reader->event(b);
   DivergentEvent d;
@@ -843,6 +916,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
         if (s.kind == BitsSource::kPropagated) {
           const int32_t gap = s.event >= 0 ? rs.events[static_cast<std::size_t>(s.event)].gap : -1;
           if (gap >= 0 && gap_clean(rs, gap)) gap_sources.emplace_back(gap, static_cast<int>(k));
+          else if (gap >= 0 && in_range && !rs.withheld) note_withheld(rs, se, b, gap, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;
@@ -1116,6 +1190,7 @@ void Engine::run_rank(int reference_rank, int suspect_rank) {
   }
   for (auto& f : rs.found) found_.push_back(std::move(f));
   if (rs.first_unmatched) unmatched_.push_back(std::move(*rs.first_unmatched));
+  if (rs.withheld) withheld_.push_back(std::move(*rs.withheld));
 }
 
 void Engine::finish() {
@@ -1142,6 +1217,16 @@ void Engine::finish() {
   if (!found_.empty()) report_.first_divergent = found_.front();
   for (std::size_t i = 0; i < found_.size() && static_cast<int>(i) < options_.max_origins; ++i)
     report_.origins.push_back(found_[i]);
+  // A region not named (note_withheld) that ran before the first divergent
+  // operator, or where there is none: the earliest one.
+  std::stable_sort(withheld_.begin(), withheld_.end(), [](const RankState::Withheld& x, const RankState::Withheld& y) {
+    return std::tie(x.step, x.t_start_ns) < std::tie(y.step, y.t_start_ns);
+  });
+  if (!withheld_.empty()) {
+    const auto& w = withheld_.front();
+    const auto& f = report_.first_divergent;
+    if (!f || std::tie(w.step, w.t_start_ns) < std::tie(f->step, f->t_start_ns)) report_.notes.push_back(w.note);
+  }
   std::stable_sort(unmatched_.begin(), unmatched_.end(), earlier);
   if (!unmatched_.empty()) report_.first_unmatched = unmatched_.front();
   PhaseSummary& t = report_.totals;

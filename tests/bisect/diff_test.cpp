@@ -645,6 +645,18 @@ TEST_CASE("a region may read a tensor literal it made (torch.tensor(1.0)), not m
   auto d2 = diff(a2, b2, dir);
   CHECK_FALSE(d2.report.first_divergent);
   for (const auto& o : d2.report.origins) CHECK_FALSE(o.region);
+  // Not named, but said where the runs part and why (what a torch.compile'd
+  // program against its eager run gets: its kernels write outside the dispatcher).
+  REQUIRE(d2.report.notes.size() == 1);
+  const std::string& note = d2.report.notes.front();
+  CAPTURE(note);
+  CHECK(note.find("a region that does not align (reference: 1 op from event 5 (aten::scaled_dot_product_attention); "
+                  "suspect: 6 ops from event 7 (aten::matmul ... aten::softmax)) returned bits that differ, read by "
+                  "aten::add (event 13, input 0), and is not named: its event 8 (aten::to) read input 0, bits that no "
+                  "operator of the recording made") != std::string::npos);
+  CHECK(bisect::report_text(d2.report).find("note: rank 0 step 0 forward: a region") != std::string::npos);
+  // The literal made inside the region: named, no note.
+  CHECK(d.report.notes.empty());
 }
 
 TEST_CASE("a region whose mask read bits that already differed is not named: the op that made them is") {
@@ -656,6 +668,7 @@ TEST_CASE("a region whose mask read bits that already differed is not named: the
   CHECK(d.report.first_divergent->op == "aten::cos");
   CHECK_FALSE(d.report.first_divergent->region);
   for (const auto& o : d.report.origins) CHECK_FALSE(o.region);
+  CHECK(d.report.notes.empty());  // bits that already differed: their maker is classified, no note
 }
 
 TEST_CASE("a changed non-tensor argument is origin-args; so is another random generator state") {

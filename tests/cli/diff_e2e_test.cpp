@@ -344,7 +344,8 @@ TEST_CASE("a torch.compile'd program recorded as it compiles and again from indu
                                          "                        torch.nn.Linear(128, 64))\n"
                                          "head = torch.nn.LayerNorm(64)\n"
                                          "opt = torch.optim.AdamW(list(m.parameters()) + list(head.parameters()))\n"
-                                         "f = torch.compile(m)\n"
+                                         "import os\n"
+                                         "f = m if os.environ.get('EAGER') == '1' else torch.compile(m)\n"
                                          "x = torch.randn(32, 64)\n"
                                          "for step in range(3):\n"
                                          "    loss = head(f(x)).pow(2).mean()\n"
@@ -360,6 +361,24 @@ TEST_CASE("a torch.compile'd program recorded as it compiles and again from indu
   for (const auto& e : cold) addmm += e.op == "aten::addmm" ? 1 : 0;
   CHECK(addmm >= 6);
   CHECK(diff_json(tmp, tmp / "cold", tmp / "cached", 0)["diverged"] == false);
+
+  // Against the same program run eagerly: the compiled kernels (inductor's
+  // GELU) compute other bits, in memory they write outside the dispatcher, so
+  // no operator is named from the eager side; a note says which region parts
+  // and why. From the compiled side, whose region the eager ops replace, the
+  // region is named.
+  record(tmp, tmp / "eager", {kPython, tmp / "compiled.py"}, {cache, "EAGER=1"});
+  const auto j = diff_json(tmp, tmp / "eager", tmp / "cold", 3);
+  CHECK(j["first_divergent"].is_null());
+  REQUIRE(j["notes"].size() == 1);
+  const std::string note = j["notes"][0];
+  CAPTURE(note);
+  CHECK(note.find("rank 0 step 0 forward: a region that does not align (reference: 3 ops") != std::string::npos);
+  CHECK(note.find("(aten::addmm.out) read input") != std::string::npos);
+  CHECK(note.find("bits that no operator of the recording made") != std::string::npos);
+  const auto swapped = diff_json(tmp, tmp / "cold", tmp / "eager", 3);
+  REQUIRE(swapped["first_divergent"].is_object());
+  CHECK(swapped["first_divergent"]["region"]["suspect_ops"][1] == "aten::gelu");
 }
 
 TEST_CASE("opguard diff refuses bad input with a one-line error and a documented exit code") {
