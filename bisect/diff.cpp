@@ -504,6 +504,7 @@ struct RankState {
     std::string note;
   };
   std::optional<Withheld> withheld;
+  bool any_unknown_taint = false;  // some gap has unknown_reader_id (note_withheld's quick exit)
   // This step's forward events by scope: the last one, and the last one whose
   // bits differed. Backward ops read tensors that a forward op saved for them
   // without returning them (layer_norm's mean and rstd, log_softmax inside
@@ -665,6 +666,7 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
       const bool filled_here = p.last_writer >= 0 && rs.events[static_cast<std::size_t>(p.last_writer)].gap == gap;
       if (!filled_here) {
         g.tainted = true;
+        rs.any_unknown_taint = true;
         g.unknown_reader_id = se.c->events.id[b];
         const std::string& overload = pool_[se.overload(b)];
         g.unknown_reader_op = pool_[se.op(b)] + (overload.empty() ? "" : "." + overload);
@@ -916,7 +918,8 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
         if (s.kind == BitsSource::kPropagated) {
           const int32_t gap = s.event >= 0 ? rs.events[static_cast<std::size_t>(s.event)].gap : -1;
           if (gap >= 0 && gap_clean(rs, gap)) gap_sources.emplace_back(gap, static_cast<int>(k));
-          else if (gap >= 0 && in_range && !rs.withheld) note_withheld(rs, se, b, gap, static_cast<int>(k));
+          else if (gap >= 0 && in_range && rs.any_unknown_taint && !rs.withheld)
+            note_withheld(rs, se, b, gap, static_cast<int>(k));
           if (first_propagated_input < 0) first_propagated = s, first_propagated_input = static_cast<int>(k);
         } else if (!any_entered) {
           any_entered = true;
