@@ -87,6 +87,8 @@ def parse_args(argv):
                    help="cpu, cuda or cuda:N (parameters are drawn on the CPU, then moved)")
     p.add_argument("--tp", type=int, default=1,
                    help="> 1: the MLP down-projection as a P-way row-parallel linear (RowParallelLinear)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile each block with torch.compile (inductor), in place (nn.Module.compile)")
     p.add_argument("--ddp", action="store_true",
                    help="data-parallel over torch.distributed (Gloo), ranks from RANK/WORLD_SIZE")
     a = p.parse_args(argv)
@@ -360,6 +362,9 @@ def main(argv):
         model.to(device)
         for block in model.blocks:
             block.attn.mask = block.attn.mask.to(device)
+    if a.compile:
+        for block in model.blocks:
+            block.compile()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     n_params = sum(p.numel() for p in model.parameters())

@@ -242,6 +242,11 @@ TEST_CASE("the Python example with scaled_dot_product_attention, two threads, bf
   check_deterministic(Language::kPython, kSdpaBf16);
 }
 
+TEST_CASE("the Python example with its blocks compiled by torch.compile (--compile) computes the same bits twice") {
+  // Inductor compiles at the first step (about 15 s here) or loads from its cache.
+  check_deterministic(Language::kPython, {"--steps", "3", "--compile"});
+}
+
 TEST_CASE("the seed, dropout and --attention change the bits, so equal runs are not equal by accident") {
   TempDir dir;
   const Run base = run_ok(dir, Language::kCpp, "base", kSmall);
