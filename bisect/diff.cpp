@@ -348,7 +348,7 @@ struct Gap {
   bool tainted = false;
   // Where it was tainted by bits of unknown provenance (not by bits that
   // already differed): the first such read, for the note of a region that
-  // is not named (withheld_note).
+  // is not named (note_withheld).
   std::optional<uint64_t> unknown_reader_id;
   std::string unknown_reader_op;
   int unknown_input = -1;
@@ -497,7 +497,7 @@ struct RankState {
   std::vector<DivergentEvent> found;  // divergence sources, execution order, at most max(1, max_origins)
   std::optional<DivergentEvent> first_unmatched;
   // The first region whose differing result was read but that is not named
-  // because it read bits of unknown provenance (withheld_note).
+  // because it read bits of unknown provenance (note_withheld).
   struct Withheld {
     int64_t step = 0;
     int64_t t_start_ns = 0;
