@@ -1189,8 +1189,11 @@ void fail_once(RecorderImpl& rec, const std::string& what, int64_t step) {
     rec.failure = what;
     rec.failed_step = step;
     if (rec.opened_manifest) rec.write_manifest(RecorderImpl::ManifestState::kFailed);
-  } catch (const std::exception&) {
-    // Said once above; the manifest written at open already says clean_exit 0.
+  } catch (const std::exception& e) {
+    // The manifest written at open still says clean_exit 0, but not that the
+    // recording failed: say so, once (a reader sees the torn or missing steps).
+    std::fprintf(stderr, "opguard: the manifest could not record the failure: %s\n", e.what());
+    std::fflush(stderr);
   }
   if (rec.config.strict) std::_Exit(kStrictExitCode);
 }

@@ -380,10 +380,11 @@ TEST_CASE("every hash returns with the upper halves of the vector registers clea
       {"probe", [&] { (void)probe(flat); }},
       {"quick_probe", [&] { (void)quick_probe(transposed); }},
   };
-  for (const auto& [name, hash] : hashes) {
+  for (const auto& entry : hashes) {
+    const char* name = entry.first;  // not a structured binding: clang's CAPTURE cannot capture one in C++17
     CAPTURE(name);
     dirty_upper_halves();
-    hash();
+    entry.second();
     const auto after = vector_state_in_use();
     CHECK((*after & kUpperHalves) == 0);
   }
