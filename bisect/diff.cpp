@@ -44,6 +44,11 @@ const char* event_class_name(EventClass c) {
 
 namespace {
 
+// "aten::add.Tensor": an op with its overload, as the report spells it.
+std::string op_text(const std::string& op, const std::string& overload) {
+  return overload.empty() ? op : op + "." + overload;
+}
+
 using formats::Event;
 using formats::StepReader;
 using formats::TensorMeta;
@@ -374,7 +379,7 @@ struct Gap {
     }
     ++count;
     ids.push_back(formats::event_id_string(e.id[i]));
-    ops.push_back(overload.empty() ? op : op + "." + overload);
+    ops.push_back(op_text(op, overload));
     keep_ends(ids);
     keep_ends(ops);
   }
@@ -668,8 +673,7 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
         g.tainted = true;
         rs.any_unknown_taint = true;
         g.unknown_reader_id = se.c->events.id[b];
-        const std::string& overload = pool_[se.overload(b)];
-        g.unknown_reader_op = pool_[se.op(b)] + (overload.empty() ? "" : "." + overload);
+        g.unknown_reader_op = op_text(pool_[se.op(b)], pool_[se.overload(b)]);
         g.unknown_input = static_cast<int>(r - se.first_input(b));
       }
       continue;
@@ -719,7 +723,6 @@ void Engine::note_withheld(RankState& rs, const StepEvents& se, std::size_t b, i
     if (n > 1) t += fmt::format(" ... {}", ops.back());
     return t + ")";
   };
-  const std::string& overload = pool_[se.overload(b)];
   const std::string swapped =
       ranks_mode_ ? fmt::format("opguard diff {} --ranks {},{}", shell_quote(sus_.dir), rs.suspect_rank, rs.reference_rank)
                   : fmt::format("opguard diff {} {}", shell_quote(sus_.dir), shell_quote(ref_.dir));
@@ -735,7 +738,7 @@ void Engine::note_withheld(RankState& rs, const StepEvents& se, std::size_t b, i
       rs.suspect_rank, g.step, formats::phase_name(g.phase),
       side(g.region.reference_events, g.region.reference_ops, g.region.reference_ids),
       side(g.region.suspect_events, g.region.suspect_ops, g.region.suspect_ids),
-      pool_[se.op(b)] + (overload.empty() ? "" : "." + overload), formats::event_id_string(se.c->events.id[b]), input,
+      op_text(pool_[se.op(b)], pool_[se.overload(b)]), formats::event_id_string(se.c->events.id[b]), input,
       formats::event_id_string(*unknown->unknown_reader_id), unknown->unknown_reader_op, unknown->unknown_input,
       swapped);
   rs.withheld = std::move(w);
@@ -771,7 +774,7 @@ void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& s
   d.outputs_differ = true;
   UnmatchedRegion r = g.region;
   r.consumer_id = formats::event_id_string(eb.id);
-  r.consumer_op = eb.overload.empty() ? eb.op : eb.op + "." + eb.overload;
+  r.consumer_op = op_text(eb.op, eb.overload);
   r.consumer_input = input;
   r.reference_bits = value_text(ea.inputs[static_cast<std::size_t>(input)]);
   r.suspect_bits = value_text(eb.inputs[static_cast<std::size_t>(input)]);
