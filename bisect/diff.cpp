@@ -44,11 +44,6 @@ const char* event_class_name(EventClass c) {
 
 namespace {
 
-// "aten::add.Tensor": an op with its overload, as the report spells it.
-std::string op_text(const std::string& op, const std::string& overload) {
-  return overload.empty() ? op : op + "." + overload;
-}
-
 using formats::Event;
 using formats::StepReader;
 using formats::TensorMeta;
@@ -379,7 +374,7 @@ struct Gap {
     }
     ++count;
     ids.push_back(formats::event_id_string(e.id[i]));
-    ops.push_back(op_text(op, overload));
+    ops.push_back(formats::op_text(op, overload));
     keep_ends(ids);
     keep_ends(ops);
   }
@@ -673,7 +668,7 @@ void Engine::mark_unmatched(RankState& rs, const StepEvents& se, std::size_t b, 
         g.tainted = true;
         rs.any_unknown_taint = true;
         g.unknown_reader_id = se.c->events.id[b];
-        g.unknown_reader_op = op_text(pool_[se.op(b)], pool_[se.overload(b)]);
+        g.unknown_reader_op = formats::op_text(pool_[se.op(b)], pool_[se.overload(b)]);
         g.unknown_input = static_cast<int>(r - se.first_input(b));
       }
       continue;
@@ -738,7 +733,7 @@ void Engine::note_withheld(RankState& rs, const StepEvents& se, std::size_t b, i
       rs.suspect_rank, g.step, formats::phase_name(g.phase),
       side(g.region.reference_events, g.region.reference_ops, g.region.reference_ids),
       side(g.region.suspect_events, g.region.suspect_ops, g.region.suspect_ids),
-      op_text(pool_[se.op(b)], pool_[se.overload(b)]), formats::event_id_string(se.c->events.id[b]), input,
+      formats::op_text(pool_[se.op(b)], pool_[se.overload(b)]), formats::event_id_string(se.c->events.id[b]), input,
       formats::event_id_string(*unknown->unknown_reader_id), unknown->unknown_reader_op, unknown->unknown_input,
       swapped);
   rs.withheld = std::move(w);
@@ -774,7 +769,7 @@ void Engine::report_gap(RankState& rs, const StepEvents& re, const StepEvents& s
   d.outputs_differ = true;
   UnmatchedRegion r = g.region;
   r.consumer_id = formats::event_id_string(eb.id);
-  r.consumer_op = op_text(eb.op, eb.overload);
+  r.consumer_op = formats::op_text(eb.op, eb.overload);
   r.consumer_input = input;
   r.reference_bits = value_text(ea.inputs[static_cast<std::size_t>(input)]);
   r.suspect_bits = value_text(eb.inputs[static_cast<std::size_t>(input)]);

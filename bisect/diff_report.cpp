@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "opguard/bisect/diff.h"
+#include "opguard/formats/recording.h"
 
 namespace opguard::bisect {
 namespace {
@@ -149,7 +150,7 @@ std::string region_text(const DivergentEvent& d, const DiffReport& r) {
 
 std::string event_text(const DivergentEvent& d, const DiffReport& r) {
   std::string t;
-  const std::string op = d.overload.empty() ? d.op : d.op + "." + d.overload;
+  const std::string op = formats::op_text(d.op, d.overload);
   if (d.region) t += region_text(d, r);
   else t += fmt::format("  {}  [{}]\n", op, event_class_name(d.cls));
   if (!d.region) {

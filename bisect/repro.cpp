@@ -514,7 +514,7 @@ BundleResult write_bundle(const BundleSpec& spec, const std::string& out_dir) {
     const Generated gen = generate_call(good.call);
     const std::vector<std::string> knobs =
         spec.knobs_found.empty() ? differing_knobs(good_knobs, bad_knobs) : spec.knobs_found;
-    const std::string op_text = br.op + (br.overload.empty() ? "" : "." + br.overload);
+    const std::string op_text = formats::op_text(br.op, br.overload);
     std::string finding = spec.finding;
     if (finding.empty()) {
       finding = fmt::format("{} gives different bits with {} than with {}", op_text, knob_list(knobs, bad_knobs),

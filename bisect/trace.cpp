@@ -64,7 +64,7 @@ TraceLog::Slice TraceLog::make(int rank, const formats::Event& e, EventClass cls
   s.phase = static_cast<uint8_t>(e.phase);
   s.cls = cls;
   s.id = e.id;
-  s.op = intern(e.overload.empty() ? e.op : e.op + "." + e.overload);
+  s.op = intern(formats::op_text(e.op, e.overload));
   s.scope = intern(e.scope);
   return s;
 }

@@ -50,7 +50,7 @@ WindowEvents window_events(const std::string& dir, int rank, const std::string& 
       saw_first = saw_first || ev.id == *first;
       saw_last = saw_last || ev.id == *last;
       w.ids.push_back(formats::event_id_string(ev.id));
-      w.ops.push_back(ev.op + (ev.overload.empty() ? "" : "." + ev.overload));
+      w.ops.push_back(formats::op_text(ev.op, ev.overload));
     }
   }
   if (!saw_first || !saw_last)
@@ -152,7 +152,7 @@ WindowBisectResult bisect_window(const WindowBisectOptions& o) {
   for (std::size_t k = 0; k < best.good.size() && k < best.bad.size(); ++k) {
     WindowEvent e;
     e.event = best.good[k].event;
-    e.op = best.good[k].op + (best.good[k].overload.empty() ? "" : "." + best.good[k].overload);
+    e.op = formats::op_text(best.good[k].op, best.good[k].overload);
     e.differs = best.good[k].verdict == replay::Verdict::kCannotReplay ||
                         best.bad[k].verdict == replay::Verdict::kCannotReplay
                     ? best.good[k].verdict != best.bad[k].verdict

@@ -163,6 +163,10 @@ std::string event_id_string(uint64_t id) {
   return std::to_string(stream) + "." + std::to_string(seq);
 }
 
+std::string op_text(const std::string& op, const std::string& overload) {
+  return overload.empty() ? op : op + "." + overload;
+}
+
 std::optional<uint64_t> parse_event_id(const std::string& text) {
   std::string_view view(text);
   std::size_t dot = view.find('.');

@@ -238,6 +238,8 @@ inline uint64_t make_event_id(uint32_t stream, uint64_t seq) {
   return (static_cast<uint64_t>(stream) << 48) | (seq & ((uint64_t{1} << 48) - 1));
 }
 std::string event_id_string(uint64_t id);
+// "aten::add.Tensor": an op with its overload (none: the op alone), as the reports spell it.
+std::string op_text(const std::string& op, const std::string& overload);
 std::optional<uint64_t> parse_event_id(const std::string& text);
 // The one error sentence of every verb asked for an event a recording lacks;
 // `why` (e.g. "; step 3 is torn ...") goes before the pointer to ls --events.
