@@ -99,7 +99,7 @@ int run_ls(const Options& o) {
       for (const auto& ev : reader.events()) {
         auto& ps = phases[static_cast<int>(ev.phase)];
         ++ps.events;
-        ps.ops.insert(ev.overload.empty() ? ev.op : ev.op + "." + ev.overload);
+        ps.ops.insert(formats::op_text(ev.op, ev.overload));
         for (const auto* values : {&ev.inputs, &ev.outputs}) {
           for (const auto& v : *values) {
             if (v.tensor.flags & formats::kTensorHasData) {
@@ -125,7 +125,7 @@ int run_ls(const Options& o) {
         js["events"] = nlohmann::json::array();
         for (const auto& ev : reader.events()) {
           const std::string id = formats::event_id_string(ev.id);
-          const std::string op = ev.overload.empty() ? ev.op : ev.op + "." + ev.overload;
+          const std::string op = formats::op_text(ev.op, ev.overload);
           const char* phase = formats::phase_name(ev.phase);
           text += fmt::format("  {:>10}  {:<9}  {}{}{}\n", id, phase, op, ev.scope.empty() ? "" : "  scope " + ev.scope,
                               ev.node.empty() ? "" : "  node " + ev.node);

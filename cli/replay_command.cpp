@@ -53,8 +53,8 @@ std::string ulp_text(uint64_t ulp) {
 }
 
 std::string result_text(const replay::ReplayResult& r, bool detail) {
-  std::string t = fmt::format("event {} (rank {}, step {}, {}) {}{}{}\n", r.event, r.rank, r.step, r.phase, r.op,
-                              r.overload.empty() ? "" : "." + r.overload, r.scope.empty() ? "" : "  [" + r.scope + "]");
+  std::string t = fmt::format("event {} (rank {}, step {}, {}) {}{}\n", r.event, r.rank, r.step, r.phase,
+                              formats::op_text(r.op, r.overload), r.scope.empty() ? "" : "  [" + r.scope + "]");
   t += fmt::format("  config   {}{}\n", r.config.empty() ? "(as recorded)" : r.config,
                    r.child_process ? "  (child process)" : "");
   if (r.fed_inputs > 0) t += fmt::format("  inputs   {} fed from earlier replayed events (free-running)\n", r.fed_inputs);

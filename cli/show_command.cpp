@@ -196,8 +196,8 @@ int run_show(const std::string& dir, const std::string& event_text, int rank, bo
       j["knobs"] = knobs;
       j["cuda_knobs"] = cuda;
       j["file"] = path;
-      text += fmt::format("event {} (rank {}, step {}, {}) {}{}\n", j["id"].get<std::string>(), rank, ev.step,
-                          formats::phase_name(ev.phase), ev.op, ev.overload.empty() ? "" : "." + ev.overload);
+      text += fmt::format("event {} (rank {}, step {}, {}) {}\n", j["id"].get<std::string>(), rank, ev.step,
+                          formats::phase_name(ev.phase), formats::op_text(ev.op, ev.overload));
       text += fmt::format("  schema  {}\n  scope   {}\n", ev.schema, ev.scope.empty() ? "(top)" : ev.scope);
       if (!ev.node.empty()) text += fmt::format("  node    {}\n", ev.node);
       if (!autocast.empty()) text += fmt::format("  autocast {}\n", autocast);

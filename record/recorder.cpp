@@ -631,7 +631,7 @@ bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std
   if (p.every > 0 && step % p.every != 0) return false;
   auto& mutable_ts = const_cast<ThreadState&>(ts);
   if (!p.ops.empty()) {
-    const std::string key = op.overload.empty() ? op.op : op.op + "." + op.overload;
+    const std::string key = formats::op_text(op.op, op.overload);
     auto it = mutable_ts.op_regex_cache.find(key);
     if (it == mutable_ts.op_regex_cache.end())
       it = mutable_ts.op_regex_cache.emplace(key, std::regex_search(key, ops_re)).first;

@@ -46,7 +46,7 @@ std::optional<DType> reducible_dtype(c10::ScalarType t) {
 }
 
 std::string op_label(const formats::Event& ev) {
-  return ev.op + (ev.overload.empty() ? "" : "." + ev.overload);
+  return formats::op_text(ev.op, ev.overload);
 }
 
 // One decomposable op: the operands whose shared dimension is split, and how

@@ -774,8 +774,8 @@ ExecResult execute(const formats::Event& ev, const std::vector<const formats::Te
     handle = c10::Dispatcher::singleton().findSchemaOrThrow(ev.op.c_str(), ev.overload.c_str());
   } catch (const c10::Error&) {
     result.reason = CannotReason::kOpUnknown;
-    result.message = "this libtorch (" + std::string(TORCH_VERSION) + ") has no operator " + ev.op +
-                     (ev.overload.empty() ? "" : "." + ev.overload);
+    result.message = "this libtorch (" + std::string(TORCH_VERSION) + ") has no operator " +
+                     formats::op_text(ev.op, ev.overload);
     return result;
   }
   const auto& schema = handle->schema();
