@@ -45,10 +45,6 @@ std::optional<DType> reducible_dtype(c10::ScalarType t) {
   }
 }
 
-std::string op_label(const formats::Event& ev) {
-  return formats::op_text(ev.op, ev.overload);
-}
-
 // One decomposable op: the operands whose shared dimension is split, and how
 // a partial and the final result are computed.
 struct Form {
@@ -66,7 +62,7 @@ bool is_transposed_matrix(const at::Tensor& t) {
 
 // The decomposable form of `ev`, or nullopt with *why set.
 std::optional<Form> form_of(const formats::Event& ev, const torch::jit::Stack& stack, std::string* why) {
-  const std::string op = op_label(ev);
+  const std::string op = formats::op_text(ev.op, ev.overload);
   const bool backward = ev.phase == formats::Phase::kBackward;
   auto tensor_at = [&](std::size_t i) -> at::Tensor {
     return i < stack.size() && stack[i].isTensor() ? stack[i].toTensor() : at::Tensor();
@@ -162,7 +158,7 @@ bool run_decomposed(const formats::Event& ev, const Settings& s, torch::jit::Sta
   using std::to_string;
   note->clear();
   if (!has_parallelism_knob(s)) return false;
-  const std::string op = op_label(ev);
+  const std::string op = formats::op_text(ev.op, ev.overload);
   if (!s.tp && !s.microbatches) {
     *note = "reduce=" + *s.reduce + " has no effect without tp or microbatches: " + op + " ran as recorded";
     return false;
