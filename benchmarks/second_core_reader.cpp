@@ -144,23 +144,29 @@ Round run_round(const Options& o, const Mode& mode, std::vector<std::vector<floa
   return r;
 }
 
-std::vector<long> parse_list(const char* text) {
-  std::vector<long> out;
+// "0,1,2,4"; false if any item is not a number.
+bool parse_list(const char* text, std::vector<long>* out) {
+  out->clear();
   for (const char* p = text; *p != '\0';) {
     char* end = nullptr;
-    out.push_back(std::strtol(p, &end, 10));
-    if (end == p) break;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || (*end != ',' && *end != '\0')) return false;
+    out->push_back(v);
     p = *end == ',' ? end + 1 : end;
   }
-  return out;
+  return true;
 }
 
 }  // namespace
 
 int run(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "%s needs a value\n", flag.c_str());
+      return 2;
+    }
     const char* value = argv[i + 1];
     if (flag == "--kib") {
       o.kib = std::strtoul(value, nullptr, 10);
@@ -171,7 +177,10 @@ int run(int argc, char** argv) {
     } else if (flag == "--repeats") {
       o.repeats = std::atoi(value);
     } else if (flag == "--lags") {
-      o.lags = parse_list(value);
+      if (!parse_list(value, &o.lags)) {
+        std::fprintf(stderr, "--lags takes numbers separated by commas, not %s\n", value);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -192,7 +201,10 @@ int run(int argc, char** argv) {
 
   std::vector<Mode> modes{{"idle", Mode::kIdle, 0}, {"own", Mode::kOwn, 0}};
   for (long lag : o.lags) {
-    if (lag < 0 || static_cast<std::size_t>(lag) + 1 >= o.ring) continue;
+    if (lag < 0 || static_cast<std::size_t>(lag) + 1 >= o.ring) {
+      std::fprintf(stderr, "lag %ld left out: it must be at least 0 and under --ring minus 1\n", lag);
+      continue;
+    }
     modes.push_back({"lag " + std::to_string(lag), Mode::kLag, lag});
   }
   std::vector<std::vector<double>> ms(modes.size()), gbps(modes.size());
