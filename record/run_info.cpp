@@ -19,6 +19,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "opguard/formats/rerecord.h"
 #include "recorder_internal.h"
@@ -86,6 +87,19 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
   info["flush_denormal" + suffix] = knobs.flush_denormal ? "1" : "0";
 #endif
   info["float32_matmul_precision" + suffix] = knobs.matmul_precision;
+  // The fp32 precisions the per-event knobs do not carry: oneDNN's
+  // convolutions and RNNs on the CPU (bf16 and tf32 allow its reduced-precision
+  // paths where the CPU has them) and cuDNN's RNNs. Torch's spelling; an
+  // unset one reads as what it inherits, ieee at the end.
+  using P = at::Float32Precision;
+  using B = at::Float32Backend;
+  using Op = at::Float32Op;
+  for (const auto& [key, backend, op] : {std::tuple{"mkldnn_conv_fp32_precision", B::MKLDNN, Op::CONV},
+                                         std::tuple{"mkldnn_rnn_fp32_precision", B::MKLDNN, Op::RNN},
+                                         std::tuple{"cudnn_rnn_fp32_precision", B::CUDA, Op::RNN}}) {
+    const P p = at::globalContext().float32Precision(backend, op);
+    info[key + suffix] = p == P::TF32 ? "tf32" : p == P::BF16 ? "bf16" : "ieee";
+  }
   if (knobs.gpu) {
     for (const auto& [name, value] : formats::gpu_knob_values(*knobs.gpu)) info[name + suffix] = value;
   }

@@ -848,6 +848,33 @@ TEST_CASE("where the program's threads take every core, outputs are hashed befor
   for (std::size_t i = 1; i < r.events.size(); ++i) CHECK(r.events[i - 1].id < r.events[i].id);
 }
 
+TEST_CASE("the manifest records the fp32 precision of oneDNN's convolutions and RNNs, as set and as inherited, at the start and at the end") {
+  using B = at::Float32Backend;
+  using Op = at::Float32Op;
+  using P = at::Float32Precision;
+  auto& ctx = at::globalContext();
+  struct Restore {
+    ~Restore() {
+      for (Op op : {Op::ALL, Op::CONV, Op::RNN}) at::globalContext().setFloat32Precision(B::MKLDNN, op, P::NONE);
+    }
+  } restore;
+  const at::Tensor x = at::rand({8, 8});
+  ctx.setFloat32Precision(B::MKLDNN, Op::CONV, P::BF16);
+  auto r = record([&] {
+    at::Tensor y = x.relu();  // the recording opens here: the start's reading
+    ctx.setFloat32Precision(B::MKLDNN, Op::CONV, P::NONE);
+    ctx.setFloat32Precision(B::MKLDNN, Op::ALL, P::TF32);  // what conv and rnn now inherit
+  });
+  const auto manifest = opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  CHECK(manifest.info.at("mkldnn_conv_fp32_precision") == "bf16");
+  CHECK(manifest.info.at("mkldnn_rnn_fp32_precision") == "ieee");
+  CHECK(manifest.info.at("mkldnn_conv_fp32_precision_at_end") == "tf32");
+  CHECK(manifest.info.at("mkldnn_rnn_fp32_precision_at_end") == "tf32");
+  // cuDNN's RNNs: read on a build without CUDA too (torch's default).
+  const std::string cudnn_rnn = manifest.info.at("cudnn_rnn_fp32_precision");
+  CHECK((cudnn_rnn == "tf32" || cudnn_rnn == "ieee"));
+}
+
 TEST_CASE("a recorder that only observes (the benchmarks' OPGUARD_TEST_OBSERVE_ONLY) records no event and says so") {
   const at::Tensor x = at::rand({64, 64});
   setenv("OPGUARD_TEST_OBSERVE_ONLY", "1", 1);
