@@ -98,7 +98,7 @@ void collect_knobs(formats::Manifest& m, const std::string& suffix) {
                                          std::tuple{"mkldnn_rnn_fp32_precision", B::MKLDNN, Op::RNN},
                                          std::tuple{"cudnn_rnn_fp32_precision", B::CUDA, Op::RNN}}) {
     const P p = at::globalContext().float32Precision(backend, op);
-    info[key + suffix] = p == P::TF32 ? "tf32" : p == P::BF16 ? "bf16" : "ieee";
+    info[key + suffix] = p == P::NONE ? "ieee" : at::precision2str(p);
   }
   if (knobs.gpu) {
     for (const auto& [name, value] : formats::gpu_knob_values(*knobs.gpu)) info[name + suffix] = value;
