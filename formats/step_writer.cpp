@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -61,9 +62,9 @@ void check_values(const Event& e, const std::vector<Value>& values, int64_t data
 }
 
 // The step file's string table (/strings, /string_offsets): each distinct
-// string once, in order of first use, the empty string first. The index keeps
-// views into the strings it was given, which must outlive the table (the
-// events, while write_columns runs).
+// string once, in order of first use, the empty string first. It keeps its
+// own copy of each (the index's keys view them), so that the events it was
+// given need not outlive it.
 class StringTable {
  public:
   StringTable() { add(""); }
@@ -72,7 +73,7 @@ class StringTable {
     if (auto it = index_.find(s); it != index_.end()) return it->second;
     OPGUARD_CHECK(offsets_.size() <= UINT32_MAX);
     const auto row = static_cast<uint32_t>(offsets_.size() - 1);
-    index_.emplace(s, row);
+    index_.emplace(owned_.emplace_back(s), row);
     blob_.append(s);
     offsets_.push_back(blob_.size());
     return row;
@@ -83,6 +84,7 @@ class StringTable {
   }
 
  private:
+  std::deque<std::string> owned_;  // never moves its strings
   std::unordered_map<std::string_view, uint32_t> index_;
   std::string blob_;
   std::vector<uint64_t> offsets_{0};
@@ -97,7 +99,11 @@ struct StepWriter::Impl {
   Handle file;
   Handle data_group;
   int64_t data_count = 0;
-  std::vector<Event> events;
+  // The event and value tables, a row per event and value as add_event
+  // takes them (the events themselves are not kept: the recorder reuses them).
+  StepColumns columns;
+  StringTable strings;
+  bool any_knobs = false;
   // What every /data/<n> is created with, built once per file: building them
   // per tensor cost about half of the writer's time on small tensors.
   Handle data_dcpl;
@@ -109,6 +115,7 @@ struct StepWriter::Impl {
   Impl(const std::string& final_path)
       : path(final_path), tmp_path(final_path + ".tmp"), site(tmp_path, h5::Blame::kFileSystem, "step file") {}
 
+  void add_values(const std::vector<Value>& values);
   void write_columns();
 };
 
@@ -194,132 +201,124 @@ int64_t StepWriter::write_tensor(DType dtype, const std::vector<int64_t>& sizes,
   return index;
 }
 
-void StepWriter::add_event(Event event) {
+void StepWriter::add_event(const Event& event) {
   Impl& im = *impl_;
   OPGUARD_CHECK(!im.closed);
   if (static_cast<int>(event.phase) > static_cast<int>(Phase::kOther)) bad_event(event, "its phase is unknown");
   if (event.inputs.size() > UINT32_MAX || event.outputs.size() > UINT32_MAX) bad_event(event, "too many values");
   check_values(event, event.inputs, im.data_count);
   check_values(event, event.outputs, im.data_count);
-  im.events.push_back(std::move(event));
+  StepColumns::Events& c = im.columns.events;
+  StringTable& strings = im.strings;
+  c.id.push_back(event.id);
+  c.stream.push_back(event.stream);
+  c.seq.push_back(event.seq);
+  c.thread.push_back(event.thread);
+  c.step.push_back(event.step);
+  c.phase.push_back(static_cast<uint8_t>(event.phase));
+  c.op.push_back(strings.add(event.op));
+  c.overload.push_back(strings.add(event.overload));
+  c.schema.push_back(strings.add(event.schema));
+  c.scope.push_back(strings.add(event.scope));
+  c.node.push_back(strings.add(event.node));
+  c.t_start_ns.push_back(event.t_start_ns);
+  c.t_end_ns.push_back(event.t_end_ns);
+  c.flags.push_back(event.flags);
+  c.knobs.push_back(event.knobs.value_or(0));
+  im.any_knobs = im.any_knobs || event.knobs.has_value();
+  c.value_begin.push_back(im.columns.values.size());
+  c.n_inputs.push_back(static_cast<uint32_t>(event.inputs.size()));
+  c.n_outputs.push_back(static_cast<uint32_t>(event.outputs.size()));
+  im.add_values(event.inputs);
+  im.add_values(event.outputs);
+}
+
+void StepWriter::Impl::add_values(const std::vector<Value>& values) {
+  StepColumns::Values& c = columns.values;
+  for (const Value& v : values) {
+    c.kind.push_back(static_cast<uint8_t>(v.kind));
+    c.name.push_back(strings.add(v.name));
+    c.text.push_back(strings.add(v.text));
+    c.list_len.push_back(v.kind == ValueKind::kTensorList ? v.list_len : 0);
+    c.mutated.push_back(v.mutated ? 1 : 0);
+    if (carries_tensor(v.kind)) {
+      const TensorMeta& t = v.tensor;
+      c.dtype.push_back(static_cast<uint8_t>(t.dtype));
+      c.flags.push_back(t.flags);
+      c.fingerprint.push_back(t.fingerprint);
+      c.storage_id.push_back(t.storage_id);
+      c.version.push_back(t.version);
+      c.storage_offset.push_back(t.storage_offset);
+      c.device.push_back(strings.add(t.device));
+      c.data_index.push_back(t.data_index);
+      c.ndim.push_back(static_cast<uint8_t>(t.sizes.size()));
+      c.dims_offset.push_back(columns.dims.size());
+      columns.dims.insert(columns.dims.end(), t.sizes.begin(), t.sizes.end());
+      columns.dims.insert(columns.dims.end(), t.strides.begin(), t.strides.end());
+    } else {
+      // Tensor columns of non-tensor rows hold these fixed values.
+      c.dtype.push_back(0);
+      c.flags.push_back(0);
+      c.fingerprint.push_back(0);
+      c.storage_id.push_back(0);
+      c.version.push_back(0);
+      c.storage_offset.push_back(0);
+      c.device.push_back(strings.add(""));
+      c.data_index.push_back(-1);
+      c.ndim.push_back(0);
+      c.dims_offset.push_back(0);
+    }
+  }
 }
 
 void StepWriter::Impl::write_columns() {
-  const std::size_t n = events.size();
-  StringTable strings;
-  std::vector<uint64_t> id(n), seq(n), thread(n), value_begin(n);
-  std::vector<uint32_t> stream(n), op(n), overload(n), schema(n), scope(n), node(n), flags(n), knobs(n), n_inputs(n),
-      n_outputs(n);
-  std::vector<int64_t> step(n), t_start(n), t_end(n);
-  std::vector<uint8_t> phase(n);
-  bool any_knobs = false;
-
-  std::size_t m = 0;
-  for (const Event& e : events) m += e.inputs.size() + e.outputs.size();
-  std::vector<uint8_t> v_kind(m), v_dtype(m), v_flags(m), v_mutated(m), v_ndim(m);
-  std::vector<uint32_t> v_name(m), v_text(m), v_device(m), v_version(m);
-  std::vector<int32_t> v_list_len(m);
-  std::vector<uint64_t> v_fingerprint(m), v_storage_id(m), v_dims_offset(m);
-  std::vector<int64_t> v_storage_offset(m), v_data_index(m), dims;
-  const uint32_t empty = strings.add("");
-
-  std::size_t r = 0;
-  auto add_value = [&](const Value& v) {
-    v_kind[r] = static_cast<uint8_t>(v.kind);
-    v_name[r] = strings.add(v.name);
-    v_text[r] = strings.add(v.text);
-    v_list_len[r] = v.kind == ValueKind::kTensorList ? v.list_len : 0;
-    v_mutated[r] = v.mutated ? 1 : 0;
-    if (carries_tensor(v.kind)) {
-      const TensorMeta& t = v.tensor;
-      v_dtype[r] = static_cast<uint8_t>(t.dtype);
-      v_flags[r] = t.flags;
-      v_fingerprint[r] = t.fingerprint;
-      v_storage_id[r] = t.storage_id;
-      v_version[r] = t.version;
-      v_storage_offset[r] = t.storage_offset;
-      v_device[r] = strings.add(t.device);
-      v_data_index[r] = t.data_index;
-      v_ndim[r] = static_cast<uint8_t>(t.sizes.size());
-      v_dims_offset[r] = dims.size();
-      dims.insert(dims.end(), t.sizes.begin(), t.sizes.end());
-      dims.insert(dims.end(), t.strides.begin(), t.strides.end());
-    } else {
-      // Tensor columns of non-tensor rows hold these fixed values (the rest stay 0).
-      v_device[r] = empty;
-      v_data_index[r] = -1;
-    }
-    ++r;
-  };
-
-  for (std::size_t i = 0; i < n; ++i) {
-    const Event& e = events[i];
-    id[i] = e.id;
-    stream[i] = e.stream;
-    seq[i] = e.seq;
-    thread[i] = e.thread;
-    step[i] = e.step;
-    phase[i] = static_cast<uint8_t>(e.phase);
-    op[i] = strings.add(e.op);
-    overload[i] = strings.add(e.overload);
-    schema[i] = strings.add(e.schema);
-    scope[i] = strings.add(e.scope);
-    node[i] = strings.add(e.node);
-    t_start[i] = e.t_start_ns;
-    t_end[i] = e.t_end_ns;
-    flags[i] = e.flags;
-    knobs[i] = e.knobs.value_or(0);
-    any_knobs = any_knobs || e.knobs.has_value();
-    value_begin[i] = r;
-    n_inputs[i] = static_cast<uint32_t>(e.inputs.size());
-    n_outputs[i] = static_cast<uint32_t>(e.outputs.size());
-    for (const Value& v : e.inputs) add_value(v);
-    for (const Value& v : e.outputs) add_value(v);
-  }
-
+  const StepColumns::Events& e = columns.events;
+  const StepColumns::Values& v = columns.values;
+  const std::size_t n = e.size();
+  const std::size_t m = v.size();
   hid_t root = file.get();
   Handle events_group = h5::group(site, H5Gcreate2(root, "/events", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                   "H5Gcreate2(/events)");
   Handle values_group = h5::group(site, H5Gcreate2(root, "/values", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                   "H5Gcreate2(/values)");
   using h5::write_column;
-  write_column(site, root, "/events/id", H5T_STD_U64LE, id.data(), n);
-  write_column(site, root, "/events/stream", H5T_STD_U32LE, stream.data(), n);
-  write_column(site, root, "/events/seq", H5T_STD_U64LE, seq.data(), n);
-  write_column(site, root, "/events/thread", H5T_STD_U64LE, thread.data(), n);
-  write_column(site, root, "/events/step", H5T_STD_I64LE, step.data(), n);
-  write_column(site, root, "/events/phase", H5T_STD_U8LE, phase.data(), n);
-  write_column(site, root, "/events/op", H5T_STD_U32LE, op.data(), n);
-  write_column(site, root, "/events/overload", H5T_STD_U32LE, overload.data(), n);
-  write_column(site, root, "/events/schema", H5T_STD_U32LE, schema.data(), n);
-  write_column(site, root, "/events/scope", H5T_STD_U32LE, scope.data(), n);
-  write_column(site, root, "/events/node", H5T_STD_U32LE, node.data(), n);
-  write_column(site, root, "/events/t_start_ns", H5T_STD_I64LE, t_start.data(), n);
-  write_column(site, root, "/events/t_end_ns", H5T_STD_I64LE, t_end.data(), n);
-  write_column(site, root, "/events/flags", H5T_STD_U32LE, flags.data(), n);
+  write_column(site, root, "/events/id", H5T_STD_U64LE, e.id.data(), n);
+  write_column(site, root, "/events/stream", H5T_STD_U32LE, e.stream.data(), n);
+  write_column(site, root, "/events/seq", H5T_STD_U64LE, e.seq.data(), n);
+  write_column(site, root, "/events/thread", H5T_STD_U64LE, e.thread.data(), n);
+  write_column(site, root, "/events/step", H5T_STD_I64LE, e.step.data(), n);
+  write_column(site, root, "/events/phase", H5T_STD_U8LE, e.phase.data(), n);
+  write_column(site, root, "/events/op", H5T_STD_U32LE, e.op.data(), n);
+  write_column(site, root, "/events/overload", H5T_STD_U32LE, e.overload.data(), n);
+  write_column(site, root, "/events/schema", H5T_STD_U32LE, e.schema.data(), n);
+  write_column(site, root, "/events/scope", H5T_STD_U32LE, e.scope.data(), n);
+  write_column(site, root, "/events/node", H5T_STD_U32LE, e.node.data(), n);
+  write_column(site, root, "/events/t_start_ns", H5T_STD_I64LE, e.t_start_ns.data(), n);
+  write_column(site, root, "/events/t_end_ns", H5T_STD_I64LE, e.t_end_ns.data(), n);
+  write_column(site, root, "/events/flags", H5T_STD_U32LE, e.flags.data(), n);
   // Optional: a file of events without knobs (written by tests, or converted)
   // has no column, as files recorded before it existed.
-  if (any_knobs) write_column(site, root, "/events/knobs", H5T_STD_U32LE, knobs.data(), n);
-  write_column(site, root, "/events/value_begin", H5T_STD_U64LE, value_begin.data(), n);
-  write_column(site, root, "/events/n_inputs", H5T_STD_U32LE, n_inputs.data(), n);
-  write_column(site, root, "/events/n_outputs", H5T_STD_U32LE, n_outputs.data(), n);
+  if (any_knobs) write_column(site, root, "/events/knobs", H5T_STD_U32LE, e.knobs.data(), n);
+  write_column(site, root, "/events/value_begin", H5T_STD_U64LE, e.value_begin.data(), n);
+  write_column(site, root, "/events/n_inputs", H5T_STD_U32LE, e.n_inputs.data(), n);
+  write_column(site, root, "/events/n_outputs", H5T_STD_U32LE, e.n_outputs.data(), n);
 
-  write_column(site, root, "/values/kind", H5T_STD_U8LE, v_kind.data(), m);
-  write_column(site, root, "/values/name", H5T_STD_U32LE, v_name.data(), m);
-  write_column(site, root, "/values/text", H5T_STD_U32LE, v_text.data(), m);
-  write_column(site, root, "/values/dtype", H5T_STD_U8LE, v_dtype.data(), m);
-  write_column(site, root, "/values/flags", H5T_STD_U8LE, v_flags.data(), m);
-  write_column(site, root, "/values/mutated", H5T_STD_U8LE, v_mutated.data(), m);
-  write_column(site, root, "/values/list_len", H5T_STD_I32LE, v_list_len.data(), m);
-  write_column(site, root, "/values/fingerprint", H5T_STD_U64LE, v_fingerprint.data(), m);
-  write_column(site, root, "/values/storage_id", H5T_STD_U64LE, v_storage_id.data(), m);
-  write_column(site, root, "/values/version", H5T_STD_U32LE, v_version.data(), m);
-  write_column(site, root, "/values/storage_offset", H5T_STD_I64LE, v_storage_offset.data(), m);
-  write_column(site, root, "/values/device", H5T_STD_U32LE, v_device.data(), m);
-  write_column(site, root, "/values/data_index", H5T_STD_I64LE, v_data_index.data(), m);
-  write_column(site, root, "/values/ndim", H5T_STD_U8LE, v_ndim.data(), m);
-  write_column(site, root, "/values/dims_offset", H5T_STD_U64LE, v_dims_offset.data(), m);
-  write_column(site, root, "/dims", H5T_STD_I64LE, dims.data(), dims.size());
+  write_column(site, root, "/values/kind", H5T_STD_U8LE, v.kind.data(), m);
+  write_column(site, root, "/values/name", H5T_STD_U32LE, v.name.data(), m);
+  write_column(site, root, "/values/text", H5T_STD_U32LE, v.text.data(), m);
+  write_column(site, root, "/values/dtype", H5T_STD_U8LE, v.dtype.data(), m);
+  write_column(site, root, "/values/flags", H5T_STD_U8LE, v.flags.data(), m);
+  write_column(site, root, "/values/mutated", H5T_STD_U8LE, v.mutated.data(), m);
+  write_column(site, root, "/values/list_len", H5T_STD_I32LE, v.list_len.data(), m);
+  write_column(site, root, "/values/fingerprint", H5T_STD_U64LE, v.fingerprint.data(), m);
+  write_column(site, root, "/values/storage_id", H5T_STD_U64LE, v.storage_id.data(), m);
+  write_column(site, root, "/values/version", H5T_STD_U32LE, v.version.data(), m);
+  write_column(site, root, "/values/storage_offset", H5T_STD_I64LE, v.storage_offset.data(), m);
+  write_column(site, root, "/values/device", H5T_STD_U32LE, v.device.data(), m);
+  write_column(site, root, "/values/data_index", H5T_STD_I64LE, v.data_index.data(), m);
+  write_column(site, root, "/values/ndim", H5T_STD_U8LE, v.ndim.data(), m);
+  write_column(site, root, "/values/dims_offset", H5T_STD_U64LE, v.dims_offset.data(), m);
+  write_column(site, root, "/dims", H5T_STD_I64LE, columns.dims.data(), columns.dims.size());
   strings.write(site, root);
 }
 

@@ -77,7 +77,7 @@ std::shared_ptr<DeferredJob> DeferredHashing::add(TensorTask& task) {
   job->bytes = task.deferred_bytes;
   std::lock_guard<std::mutex> lock(mutex_);
   entries_[job->base].jobs.push_back(job);
-  outstanding_jobs_.fetch_add(1, std::memory_order_seq_cst);
+  bucket_jobs_[bucket(job->base)].fetch_add(1, std::memory_order_seq_cst);
   outstanding_bytes_.fetch_add(job->bytes, std::memory_order_relaxed);
   return job;
 }
@@ -99,7 +99,7 @@ void DeferredHashing::run_or_wait(DeferredJob& job, DeferredRunner run, void* co
 }
 
 void DeferredHashing::wait_clear(const void* base, DeferredRunner run, void* context) {
-  if (outstanding_jobs_.load(std::memory_order_seq_cst) == 0) return;
+  if (bucket_jobs_[bucket(base)].load(std::memory_order_seq_cst) == 0) return;
   thread_local std::vector<std::shared_ptr<DeferredJob>> jobs;  // kept alive while run or waited for
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -124,7 +124,7 @@ void DeferredHashing::complete(DeferredJob& job) {
         entries_.erase(it);
       }
     }
-    outstanding_jobs_.fetch_sub(1, std::memory_order_seq_cst);
+    bucket_jobs_[bucket(job.base)].fetch_sub(1, std::memory_order_seq_cst);
     outstanding_bytes_.fetch_sub(job.bytes, std::memory_order_relaxed);
   }
   job.state.store(DeferredJob::kDone, std::memory_order_release);
@@ -132,7 +132,7 @@ void DeferredHashing::complete(DeferredJob& job) {
 }
 
 void DeferredHashing::release(void* p) {
-  if (!forked_.load(std::memory_order_relaxed) && outstanding_jobs_.load(std::memory_order_seq_cst) != 0) {
+  if (!forked_.load(std::memory_order_relaxed) && bucket_jobs_[bucket(p)].load(std::memory_order_seq_cst) != 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(p);
     if (it != entries_.end()) {

@@ -89,7 +89,14 @@ class DeferredHashing {
   };
   std::mutex mutex_;
   std::unordered_map<const void*, Entry> entries_;  // by storage's first byte
-  std::atomic<uint64_t> outstanding_jobs_{0};
+  // Outstanding jobs by a hash of their memory's first byte, so that a free
+  // or a write of memory with none outstanding (nearly all of them) skips
+  // the mutex even while other jobs are.
+  static constexpr std::size_t kBuckets = 4096;
+  static std::size_t bucket(const void* base) {
+    return static_cast<std::size_t>((reinterpret_cast<uintptr_t>(base) >> 6) * 0x9E3779B97F4A7C15ull >> 52);
+  }
+  std::atomic<uint32_t> bucket_jobs_[kBuckets] = {};
   std::atomic<uint64_t> outstanding_bytes_{0};
   std::atomic<bool> forked_{false};
 };

@@ -34,6 +34,9 @@ struct TensorTask {
   // version says nothing about its bits, so the fingerprint cache, keyed on
   // storage and version, must neither serve nor keep it.
   bool cacheable = true;
+  // Its storage was marked uninitialised when the task was made (only such
+  // a tensor needs RecorderImpl::still_uninitialized, and its lock).
+  bool maybe_uninitialized = false;
 
   // A fingerprint left to the hashing thread (deferred.h): the view's first
   // element, its storage's first byte, the view's bytes, kernels::quick_probe of

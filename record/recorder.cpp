@@ -20,6 +20,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/util/flat_hash_map.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -186,6 +187,11 @@ struct TableMemory {
   std::pmr::unsynchronized_pool_resource pool{std::pmr::pool_options{0, 64 * 1024}, &mapped};
 };
 
+// An open-addressing table in a TableMemory, for the lookups of every
+// tensor (a node-based map's chains cost a cache miss or two each).
+template <class K, class V>
+using FlatTable = ska::flat_hash_map<K, V, std::hash<K>, std::equal_to<K>, std::pmr::polymorphic_allocator<std::pair<K, V>>>;
+
 struct RecorderImpl {
   RecorderConfig config;
   std::regex ops_re, scopes_re;
@@ -279,9 +285,12 @@ struct RecorderImpl {
   };
   std::mutex storage_mutex;
   TableMemory storage_memory;  // storage_ids and uninit, under storage_mutex
-  std::pmr::unordered_map<const c10::StorageImpl*, StorageEntry> storage_ids{&storage_memory.pool};
+  FlatTable<const c10::StorageImpl*, StorageEntry> storage_ids{&storage_memory.pool};
   uint64_t next_storage_id = 1;
-  uint64_t storage_inserts = 0;
+  // storage_ids' size at which the next insert sweeps out the entries of
+  // storages that died: twice what the last sweep left, so that a sweep's
+  // cost spreads over as many inserts as the entries it reads.
+  std::size_t storage_sweep_at = 1024;
   // Storages whose bits are uninitialised memory (made by empty*), until an
   // operator first writes them or their probe changes (numpy or a kernel
   // called without the dispatcher wrote them).
@@ -289,7 +298,7 @@ struct RecorderImpl {
     c10::weak_intrusive_ptr<c10::StorageImpl> weak;
     std::optional<uint64_t> probe;  // storage_probe when marked; none for device memory
   };
-  std::pmr::unordered_map<const c10::StorageImpl*, UninitEntry> uninit{&storage_memory.pool};
+  FlatTable<const c10::StorageImpl*, UninitEntry> uninit{&storage_memory.pool};
 
   // Forward scope of each autograd node, by (forward thread, sequence nr).
   std::mutex node_mutex;
@@ -316,7 +325,9 @@ struct RecorderImpl {
   }
 
   const OpInfo* op_info(const at::RecordFunction& fn, const c10::OperatorName& name);
-  uint64_t storage_id(const at::Tensor& t);
+  // `maybe_uninitialized`: set to whether t's storage is marked
+  // uninitialised now (still_uninitialized says whether it still is).
+  uint64_t storage_id(const at::Tensor& t, bool* maybe_uninitialized = nullptr);
   // Whether s (t's storage) is marked uninitialised and its probe is as
   // marked; `clear`: an op writes it now, drop the mark. A changed probe
   // drops it too: the bits are data.
@@ -444,22 +455,32 @@ const OpInfo* RecorderImpl::op_info(const at::RecordFunction& fn, const c10::Ope
   return p;
 }
 
-uint64_t RecorderImpl::storage_id(const at::Tensor& t) {
+uint64_t RecorderImpl::storage_id(const at::Tensor& t, bool* maybe_uninitialized) {
   const c10::Storage& storage = t.storage();
   const c10::StorageImpl* key = storage.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(storage_mutex);
+  if (maybe_uninitialized != nullptr) *maybe_uninitialized = !uninit.empty() && uninit.count(key) != 0;
+  // A live tensor's StorageImpl found here is the one the entry was made
+  // for: the entry's weak reference keeps that object's memory from being
+  // freed, so no other StorageImpl can have been made at its address.
   auto it = storage_ids.find(key);
-  if (it != storage_ids.end()) {
-    if (it->second.weak.lock().get() == key) return it->second.id;
-    storage_ids.erase(it);  // a new storage at a recycled address
-  }
-  if (++storage_inserts % 256 == 0) {
+  if (it != storage_ids.end()) return it->second.id;
+  if (storage_ids.size() >= storage_sweep_at) {
+    // The cached fingerprints of a storage that died are never served again
+    // (ids are not reused): they go too, to keep the cache to live storages.
+    std::lock_guard<std::mutex> cache_lock(cache_mutex);  // lock order: storage_mutex, then cache_mutex
     for (auto i = storage_ids.begin(); i != storage_ids.end();) {
-      i = i->second.weak.expired() ? storage_ids.erase(i) : std::next(i);
+      if (!i->second.weak.expired()) {
+        ++i;
+        continue;
+      }
+      fingerprint_cache.erase(i->second.id);
+      i = storage_ids.erase(i);
     }
     for (auto i = uninit.begin(); i != uninit.end();) {
       i = i->second.weak.expired() ? uninit.erase(i) : std::next(i);
     }
+    storage_sweep_at = std::max<std::size_t>(1024, 2 * storage_ids.size());
   }
   const uint64_t id = next_storage_id++;
   storage_ids.emplace(key, StorageEntry{storage.getWeakStorageImpl(), id});
@@ -833,7 +854,7 @@ struct ValueBuilder {
       m.flags |= formats::kTensorNotFingerprinted;
       return;
     }
-    m.storage_id = rec.storage_id(t);
+    m.storage_id = rec.storage_id(t, &task.maybe_uninitialized);
     // Tensors made under torch.inference_mode have no version counter
     // (_version() throws): recorded with version 0, hashed every time.
     if (t.is_inference()) {
@@ -892,7 +913,8 @@ struct ValueBuilder {
       const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
       const bool fresh_buffer = outputs && pending.op->makes_uninitialized;
       if (fresh_buffer) rec.mark_uninitialized(t, pending.op->overload != "out");
-      if (fresh_buffer || rec.still_uninitialized(t, storage, !outputs && values[i].mutated)) {
+      if (fresh_buffer ||
+          (task.maybe_uninitialized && rec.still_uninitialized(t, storage, !outputs && values[i].mutated))) {
         // Bits of a buffer made by empty* that nothing wrote since: not data,
         // never fingerprinted.
         m.flags |= formats::kTensorUninitialized;

@@ -247,7 +247,10 @@ void Writer::write_event(PendingEvent& pending) {
       std::vector<uint8_t>().swap(task->bytes);
     }
   }
-  step_writer_->add_event(std::move(ev));
+  // Copied into the step's tables: the event goes back to take_spare() with
+  // the capacity of its value vectors (no allocation per event on the
+  // training thread).
+  step_writer_->add_event(ev);
   events_written_.fetch_add(1);
   bytes_written_.store(closed_bytes_ + step_writer_->bytes_written());
 }

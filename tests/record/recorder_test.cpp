@@ -231,6 +231,33 @@ TEST_CASE("grad mode and requires_grad are recorded: a parameter is a leaf, an a
   CHECK_FALSE((neg[0]->outputs[0].tensor.flags & f::kTensorRequiresGrad));
 }
 
+TEST_CASE("a storage keeps its id while it lives, and storages made and freed by the thousand each get their own") {
+  // Thousands of short-lived outputs make the recorder sweep its table of
+  // storages (and reuse their addresses) while `acc` lives throughout.
+  at::Tensor acc = at::zeros({4});
+  constexpr int kOps = 5000;
+  auto r = record([&] {
+    for (int i = 0; i < kOps; ++i) {
+      at::Tensor x = at::full({4}, static_cast<float>(i)).neg();
+      acc.add_(x);
+    }
+  });
+  auto neg = find_ops(r, "aten::neg");
+  auto add = find_ops(r, "aten::add_");
+  REQUIRE(neg.size() == kOps);
+  REQUIRE(add.size() == kOps);
+  std::set<uint64_t> outputs;
+  for (const Event* e : neg) outputs.insert(e->outputs[0].tensor.storage_id);
+  REQUIRE(outputs.size() == kOps);  // a new storage each time, whatever its address
+  const uint64_t acc_id = add[0]->inputs[0].tensor.storage_id;
+  REQUIRE(outputs.count(acc_id) == 0);
+  for (int i = 0; i < kOps; ++i) {
+    REQUIRE(add[i]->inputs[0].tensor.storage_id == acc_id);
+    REQUIRE(add[i]->inputs[0].tensor.version == add[0]->inputs[0].tensor.version + static_cast<uint32_t>(i));
+    REQUIRE(add[i]->inputs[1].tensor.storage_id == neg[i]->outputs[0].tensor.storage_id);
+  }
+}
+
 TEST_CASE("the output of empty and the old content its first writer overwrites are marked uninitialised") {
   auto r = record([&] {
     at::Tensor t = at::empty({16});

@@ -279,7 +279,7 @@ class StepWriter {
   // Returns the data index to put into TensorMeta::data_index.
   int64_t write_tensor(DType dtype, const std::vector<int64_t>& sizes, const void* bytes,
                        std::size_t nbytes);
-  void add_event(Event event);
+  void add_event(const Event& event);
   void close();  // write event tables, flush, close, rename
   // After a failed write (disk full): closes the file without writing more of
   // it (HDF5's remaining writes go to an anonymous memory file; a file whose
