@@ -105,7 +105,7 @@ void DeferredHashing::wait_clear(const void* base, DeferredRunner run, void* con
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(base);
     if (it == entries_.end()) return;
-    jobs = it->second.jobs;
+    jobs.assign(it->second.jobs.begin(), it->second.jobs.end());
   }
   for (const auto& job : jobs) run_or_wait(*job, run, context);
   jobs.clear();

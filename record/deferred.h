@@ -18,6 +18,9 @@
 //   is then recorded as not fingerprinted (docs/RECORD.md).
 //
 
+#include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -26,7 +29,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "pending.h"
@@ -83,12 +85,15 @@ class DeferredHashing {
 
  private:
   void complete(DeferredJob& job);
+  // In a flat table, one or two jobs inline: adding a job allocates nothing
+  // beyond the job (a node or a vector made here would be freed on the
+  // hashing thread, a cross-thread free for malloc).
   struct Entry {
-    std::vector<std::shared_ptr<DeferredJob>> jobs;  // outstanding, on this memory
+    c10::SmallVector<std::shared_ptr<DeferredJob>, 2> jobs;  // outstanding, on this memory
     bool freed = false;                              // its free waits for them
   };
   std::mutex mutex_;
-  std::unordered_map<const void*, Entry> entries_;  // by storage's first byte
+  ska::flat_hash_map<const void*, Entry> entries_;  // by storage's first byte
   // Outstanding jobs by a hash of their memory's first byte, so that a free
   // or a write of memory with none outstanding (nearly all of them) skips
   // the mutex even while other jobs are.
