@@ -264,8 +264,9 @@ struct TensorData {
 };
 
 // Writes one step file. Not thread-safe: one writer thread owns it. Data is
-// written as it arrives; events are kept in memory and written on close(),
-// which then renames <path>.tmp to <path>. Throws IoError / FormatError.
+// written as it arrives; add_event copies an event into the event and value
+// tables in memory (the caller may reuse it), which close() writes before it
+// renames <path>.tmp to <path>. Throws IoError / FormatError.
 class StepWriter {
  public:
   // `full_tensors`: the file is expected to hold /data datasets (a dataset
