@@ -90,7 +90,7 @@ class DeferredHashing {
   // hashing thread, a cross-thread free for malloc).
   struct Entry {
     c10::SmallVector<std::shared_ptr<DeferredJob>, 2> jobs;  // outstanding, on this memory
-    bool freed = false;                              // its free waits for them
+    bool freed = false;  // its free waits for them
   };
   std::mutex mutex_;
   ska::flat_hash_map<const void*, Entry> entries_;  // by storage's first byte
