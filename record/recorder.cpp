@@ -190,7 +190,8 @@ struct TableMemory {
 // An open-addressing table in a TableMemory, for the lookups of every
 // tensor (a node-based map's chains cost a cache miss or two each).
 template <class K, class V>
-using FlatTable = ska::flat_hash_map<K, V, std::hash<K>, std::equal_to<K>, std::pmr::polymorphic_allocator<std::pair<K, V>>>;
+using FlatTable =
+    ska::flat_hash_map<K, V, std::hash<K>, std::equal_to<K>, std::pmr::polymorphic_allocator<std::pair<K, V>>>;
 
 struct RecorderImpl {
   RecorderConfig config;
