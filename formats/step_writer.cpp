@@ -67,6 +67,7 @@ void check_values(const Event& e, const std::vector<Value>& values, int64_t data
 // given need not outlive it.
 class StringTable {
  public:
+  static constexpr uint32_t kEmpty = 0;  // the row of "", added first
   StringTable() { add(""); }
   uint32_t add(std::string_view s) {
     // find before emplace: emplace builds a node even for a string it has.
@@ -263,7 +264,7 @@ void StepWriter::Impl::add_values(const std::vector<Value>& values) {
       c.storage_id.push_back(0);
       c.version.push_back(0);
       c.storage_offset.push_back(0);
-      c.device.push_back(strings.add(""));
+      c.device.push_back(StringTable::kEmpty);
       c.data_index.push_back(-1);
       c.ndim.push_back(0);
       c.dims_offset.push_back(0);
