@@ -273,6 +273,7 @@ RunResult bisect_run(const RunOptions& o) {
     spec.event = result.event;
     spec.good = good;
     spec.bad = minimal_bad;
+    spec.whole_configs = true;  // as the trials above ran them
     for (const auto& k : result.config->minimal) spec.knobs_found.push_back(k.knob);
     spec.slices = result.shrink->slices;
     spec.finding = result.message + ".";

@@ -405,7 +405,7 @@ Trial run_trial(const BundleSpec& spec, const replay::Config& config, bool from_
   replay::ReplayOptions o;
   o.rank = spec.rank;
   o.config = config;
-  o.from_recorded = from_recorded;
+  o.from_recorded = from_recorded && !spec.whole_configs;
   o.self_exe = spec.self_exe;
   o.slices = spec.slices;
   o.save_dir = dir;

@@ -10,6 +10,7 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/headeronly/version.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
@@ -332,6 +333,39 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
   }
 }
 
+// Runs fn(data) on every thread of an OpenMP team of torch's intra-op size,
+// this one included, through libgomp's entry point (what `#pragma omp
+// parallel` compiles to). This code is not built with OpenMP, so
+// at::parallel_for's inline OpenMP path would run on this thread alone.
+// False where the process has no libgomp (another parallel backend).
+bool on_every_intra_op_thread(void (*fn)(void*), void* data) {
+  using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  static const Parallel parallel = [] {
+    void* symbol = dlsym(RTLD_DEFAULT, "GOMP_parallel");
+    if (symbol == nullptr) {
+      if (void* lib = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD)) symbol = dlsym(lib, "GOMP_parallel");
+    }
+    return reinterpret_cast<Parallel>(symbol);
+  }();
+  if (parallel == nullptr) return false;
+  parallel(fn, data, 0, 0);  // 0 threads: the team size torch set (omp_set_num_threads)
+  return true;
+}
+
+// torch.set_flush_denormal sets FTZ and DAZ in the calling thread's MXCSR
+// only. The intra-op threads keep what they were created with (a thread
+// starts with its creator's), so a trial's setting missed the workers an
+// earlier parallel kernel had started (a trial flushed the denormals of its
+// own chunk and not the worker's), and a setting that did reach them, by
+// their being created under it, stayed for the trials after. Sets it on
+// this thread and every intra-op thread.
+void set_flush_denormal_on_every_thread(bool on) {
+  at::globalContext().setFlushDenormal(on);
+  if (at::get_num_threads() > 1 && !at::in_parallel_region())
+    on_every_intra_op_thread([](void* value) { at::globalContext().setFlushDenormal(*static_cast<bool*>(value)); },
+                             &on);
+}
+
 // Settings apply for one trial and are undone afterwards, so that --all and
 // bisect's trials do not leak into each other.
 class SettingsScope {
@@ -362,8 +396,9 @@ class SettingsScope {
       }
     }
     if (s.flush_denormal) {
+      // After the thread count: every thread the trial's kernels run on.
       flush_ = true;
-      at::globalContext().setFlushDenormal(*s.flush_denormal);
+      set_flush_denormal_on_every_thread(*s.flush_denormal);
     }
     sdp_ = {ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
             ctx.userEnabledCuDNNSDP()};
@@ -388,11 +423,12 @@ class SettingsScope {
   }
   ~SettingsScope() {
     auto& ctx = at::globalContext();
+    // Before the thread count goes back: the trial's threads, all of them.
+    if (flush_) set_flush_denormal_on_every_thread(false);
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     ctx.setUserEnabledMkldnn(mkldnn_);
     ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);
     if (precision_) ctx.setFloat32Precision(at::Float32Backend::MKLDNN, at::Float32Op::MATMUL, *precision_);
-    if (flush_) at::globalContext().setFlushDenormal(false);
     set_sdp(sdp_[0], sdp_[1], sdp_[2], sdp_[3]);
     if (!gpu_) return;
     ctx.setAllowTF32CuBLAS(tf32_cublas_);

@@ -312,6 +312,22 @@ TEST_CASE("bisect run on a program that flushes denormals to zero against one th
   CHECK(j["config"]["minimal"][0]["bad"] == "on");
 }
 
+TEST_CASE("bisect run on a reference that flushes denormals to zero against a suspect that does not names "
+          "flush_denormal; the bundle reproduces") {
+  // The other way round: the suspect's config has no flush_denormal (off is
+  // every process's state). The bundle's trials took a knob the suspect lacks
+  // from the reference's recording, ran both sides flushed, and wrote no
+  // bundle ("identical bits under ... and under ...: nothing to reproduce").
+  // "big": 2**20 products on two intra-op threads, so the trials also need
+  // the knob on the worker thread.
+  TempDir tmp;
+  record(tmp, tmp / "ref", {kPython, kDenormalOps, "flush", "big"});
+  record(tmp, tmp / "sus", {kPython, kDenormalOps, "big"});
+  const auto j = check_run(tmp, tmp / "ref", tmp / "sus", "flush_denormal", true);
+  CHECK(j["op"] == "aten::mul");
+  CHECK(j["config"]["minimal"][0]["good"] == "on");
+}
+
 TEST_CASE("bisect run on a program that runs attention under sdpa_kernel(MATH) against one that does not names "
           "sdpa_backend alone; the bundle reproduces") {
   // sdpa_ops.py: scaled_dot_product_attention picks flash or math on the CPU

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <memory>
 #include <set>
 
@@ -449,6 +450,43 @@ TEST_CASE("a program that flushes denormals to zero is replayed with them flushe
   CHECK(ls.out.find("flush_denormal on") != std::string::npos);
   Result ls_mixed = run({kOpguard, "ls", recordings().mixed}, recordings().tmp.path().string());
   CHECK(ls_mixed.out.find("flush_denormal") == std::string::npos);
+}
+
+TEST_CASE("flush_denormal is set on every intra-op thread of a trial and undone on all of them") {
+  // denormal_ops.py flush big: 2**20 products of 1e-20f on two intra-op
+  // threads, all 0 with denormals flushed. torch.set_flush_denormal sets the
+  // calling thread's MXCSR only, and a worker keeps the one it was created
+  // with. Replay set the knob on the calling thread only: in a process whose
+  // workers were created without it (here by the first trial, under "off"),
+  // a trial under "on" flushed the caller's chunk and not the worker's and
+  // said the op differs; undone on the caller only, "on" stayed in the
+  // workers for the trials after it.
+  if (std::thread::hardware_concurrency() < 2) {
+    MESSAGE("SKIPPED: one CPU, no intra-op worker thread to set");
+    return;
+  }
+  const std::string dir = recordings().tmp / "flushed_big";
+  record(recordings().tmp, dir, {"--dump-all"}, {kPython, kDenormalOps, "flush", "big"});
+  CHECK(replay::recorded_config(dir, 0).get("threads") == std::optional<std::string>("2"));
+  const auto events = by_op(replay::replay_all(dir, options("flush_denormal=off")));
+  const auto& first_off = events.at("aten::mul.Tensor");
+  REQUIRE(first_off.outputs.size() == 1);
+  REQUIRE(first_off.outputs[0].has_metrics);
+  CHECK(first_off.outputs[0].metrics.differing == (1 << 20));  // no chunk flushed
+  const auto on = replay::replay_event(dir, first_off.event, options());
+  INFO(on.message);
+  CHECK(on.config.find("flush_denormal=on") != std::string::npos);
+  CHECK_FALSE(on.child_process);
+  CHECK(on.verdict == replay::Verdict::kReproduces);  // every chunk flushed
+  // After it, a trial that does not name the knob (a recording of the program
+  // without flush) runs with none flushed, in this process like the others.
+  const std::string plain_dir = recordings().tmp / "denormal_big";
+  record(recordings().tmp, plain_dir, {"--dump-all"}, {kPython, kDenormalOps, "big"});
+  const auto plain = by_op(replay::replay_all(plain_dir, options())).at("aten::mul.Tensor");
+  INFO(plain.message);
+  CHECK_FALSE(plain.child_process);
+  CHECK(plain.config.find("flush_denormal") == std::string::npos);
+  CHECK(plain.verdict == replay::Verdict::kReproduces);
 }
 
 TEST_CASE("attention run under sdpa_kernel(MATH) is replayed with the math backend; sdpa_backend=all differs") {

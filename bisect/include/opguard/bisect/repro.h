@@ -25,6 +25,11 @@ struct BundleSpec {
   // Knobs set over the recorded config (like ReplayOptions::config); the
   // manifest holds the effective configs.
   replay::Config good, bad;
+  // good and bad are whole configs, as bisect's trials ran them (bisect run):
+  // a knob one of them lacks is left at the process's default, not at the
+  // recording's value (the reference's flush_denormal=on would otherwise come
+  // back into a suspect that ran without it).
+  bool whole_configs = false;
   std::vector<std::string> knobs_found;  // bisect config's minimal knob set; empty: all that differ
   std::vector<replay::InputSlice> slices;  // bisect shrink's result; empty: the recorded inputs
   std::string finding;   // one sentence from bisect; empty: the bundle writes its own
