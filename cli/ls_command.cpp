@@ -77,10 +77,20 @@ int run_ls(const Options& o) {
       auto it = manifest.info.find(key + "_at_end");
       return it != manifest.info.end() ? it->second : info(key.c_str());
     };
+    // Denormals flushed: on the main thread, and in the intra-op workers where
+    // they differ from it (torch.set_flush_denormal after the first parallel op).
+    const std::string flush_main = knob("flush_denormal");
+    const std::string flush_workers = info("flush_denormal_workers_at_end", "");
+    std::string flush = flush_main == "1" ? "  flush_denormal on" : "";
+    if (!flush_workers.empty() && flush_workers != flush_main) {
+      if (flush.empty()) flush = "  flush_denormal off";
+      flush += flush_workers == "1" ? " (intra-op workers on)"
+               : flush_workers == "0" ? " (intra-op workers off)"
+                                      : " (intra-op workers mixed)";
+    }
     text += fmt::format("  torch {}  threads {}  cpu_capability {}  mkldnn {}  deterministic {}  default_dtype {}{}\n",
                         info("torch_version"), knob("threads"), info("cpu_capability"), knob("mkldnn_enabled"),
-                        knob("deterministic_algorithms"), knob("default_dtype"),
-                        knob("flush_denormal") == "1" ? "  flush_denormal on" : "");
+                        knob("deterministic_algorithms"), knob("default_dtype"), flush);
     const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
     const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
     std::string taken = taken_at.empty() ? "" : "  fingerprints " + taken_at;

@@ -7,6 +7,7 @@
 #include <ATen/Version.h>
 #include <c10/core/DefaultDtype.h>
 #include <hdf5.h>
+#include <sys/syscall.h>
 #include <torch/headeronly/version.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <ctime>
@@ -21,6 +23,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "opguard/core/openmp_team.h"
 #include "opguard/formats/rerecord.h"
 #include "recorder_internal.h"
 
@@ -28,6 +31,12 @@ extern char** environ;
 
 namespace opguard::record {
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// torch.set_flush_denormal(True) sets FTZ and DAZ in the calling thread's
+// MXCSR (libtorch keeps no flag of it).
+constexpr unsigned kMxcsrFtzDaz = 0x8040;
+#endif
 
 std::string read_cmdline() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -121,10 +130,8 @@ uint32_t current_knobs() {
   const uint32_t precision = cpu == P::TF32 ? 1u : cpu == P::BF16 ? 2u : 0u;
   bool flushed = false;
 #if defined(__x86_64__) || defined(__i386__)
-  // torch.set_flush_denormal(True) sets FTZ and DAZ in the calling thread's
-  // MXCSR (libtorch keeps no flag of it): read them there.
-  constexpr unsigned kFtzDaz = 0x8040;
-  flushed = (_mm_getcsr() & kFtzDaz) == kFtzDaz;
+  // Read on this thread: where torch.set_flush_denormal sets them.
+  flushed = (_mm_getcsr() & kMxcsrFtzDaz) == kMxcsrFtzDaz;
 #endif
   formats::GpuKnobs g;
   g.tf32_cublas = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == P::TF32;
@@ -181,6 +188,45 @@ void collect_run_info(formats::Manifest& m) {
   }
 }
 
-void collect_end_info(formats::Manifest& m) { collect_knobs(m, "_at_end"); }
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// Whether torch's intra-op worker threads flush denormals: "1" all of them,
+// "0" none, "mixed"; empty where no worker answered. A worker keeps the
+// MXCSR it was created with, so a program that calls
+// torch.set_flush_denormal after its first parallel op flushes on its main
+// thread and not in the workers (its parallel ops run partly unflushed).
+// Asked through a parallel region of the calling thread's team, so only at
+// the end: at the start it could create the workers itself, before a later
+// torch.set_flush_denormal that they would otherwise have started with.
+std::string workers_flush_denormal() {
+  if (at::get_num_threads() <= 1 || at::in_parallel_region()) return "";
+  // Atomics, the caller's stored after construction: ThreadSanitizer does
+  // not see libgomp order the workers after it (libgomp is not built for it).
+  struct Probe {
+    std::atomic<long> caller{0};
+    std::atomic<int> workers{0}, flushed{0};
+  } probe;
+  probe.caller.store(syscall(SYS_gettid));
+  auto ask = [](void* data) {
+    auto& p = *static_cast<Probe*>(data);
+    if (syscall(SYS_gettid) == p.caller.load()) return;
+    p.workers.fetch_add(1);
+    if ((_mm_getcsr() & kMxcsrFtzDaz) == kMxcsrFtzDaz) p.flushed.fetch_add(1);
+  };
+  if (!on_every_openmp_thread(ask, &probe) || probe.workers.load() == 0) return "";
+  return probe.flushed.load() == 0 ? "0" : probe.flushed.load() == probe.workers.load() ? "1" : "mixed";
+}
+#endif
+
+}  // namespace
+
+void collect_end_info(formats::Manifest& m) {
+  collect_knobs(m, "_at_end");
+#if defined(__x86_64__) || defined(__i386__)
+  if (const std::string workers = workers_flush_denormal(); !workers.empty())
+    m.info["flush_denormal_workers_at_end"] = workers;
+#endif
+}
 
 }  // namespace opguard::record

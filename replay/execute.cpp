@@ -10,10 +10,10 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/headeronly/version.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +25,7 @@
 
 #include "decomposed.h"
 #include "execute.h"
+#include "opguard/core/openmp_team.h"
 #include "opguard/core/written_arguments.h"
 #include "strided.h"
 
@@ -333,25 +334,6 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
   }
 }
 
-// Runs fn(data) on every thread of an OpenMP team of torch's intra-op size,
-// this one included, through libgomp's entry point (what `#pragma omp
-// parallel` compiles to). This code is not built with OpenMP, so
-// at::parallel_for's inline OpenMP path would run on this thread alone.
-// False where the process has no libgomp (another parallel backend).
-bool on_every_intra_op_thread(void (*fn)(void*), void* data) {
-  using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
-  static const Parallel parallel = [] {
-    void* symbol = dlsym(RTLD_DEFAULT, "GOMP_parallel");
-    if (symbol == nullptr) {
-      if (void* lib = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD)) symbol = dlsym(lib, "GOMP_parallel");
-    }
-    return reinterpret_cast<Parallel>(symbol);
-  }();
-  if (parallel == nullptr) return false;
-  parallel(fn, data, 0, 0);  // 0 threads: the team size torch set (omp_set_num_threads)
-  return true;
-}
-
 // torch.set_flush_denormal sets FTZ and DAZ in the calling thread's MXCSR
 // only. The intra-op threads keep what they were created with (a thread
 // starts with its creator's), so a trial's setting missed the workers an
@@ -361,9 +343,13 @@ bool on_every_intra_op_thread(void (*fn)(void*), void* data) {
 // this thread and every intra-op thread.
 void set_flush_denormal_on_every_thread(bool on) {
   at::globalContext().setFlushDenormal(on);
-  if (at::get_num_threads() > 1 && !at::in_parallel_region())
-    on_every_intra_op_thread([](void* value) { at::globalContext().setFlushDenormal(*static_cast<bool*>(value)); },
-                             &on);
+  if (at::get_num_threads() <= 1 || at::in_parallel_region()) return;
+  // Stored atomically after construction: ThreadSanitizer does not see
+  // libgomp order the workers after it (not built for it).
+  std::atomic<bool> value;
+  value.store(on);
+  on_every_openmp_thread(
+      [](void* v) { at::globalContext().setFlushDenormal(static_cast<std::atomic<bool>*>(v)->load()); }, &value);
 }
 
 // Settings apply for one trial and are undone afterwards, so that --all and

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "opguard/core/error.h"
+#include "opguard/core/openmp_team.h"
 #include "opguard/formats/recording.h"
 #include "opguard/kernels/fingerprint.h"
 #include "opguard/record/recorder.h"
@@ -900,6 +901,51 @@ TEST_CASE("the manifest records the fp32 precision of oneDNN's convolutions and 
   // cuDNN's RNNs: read on a build without CUDA too (torch's default).
   const std::string cudnn_rnn = manifest.info.at("cudnn_rnn_fp32_precision");
   CHECK((cudnn_rnn == "tf32" || cudnn_rnn == "ieee"));
+}
+
+TEST_CASE("the manifest says whether the intra-op workers flush denormals: set after the first parallel op, the main "
+          "thread's setting does not reach them") {
+  // torch.set_flush_denormal sets the calling thread's MXCSR only, and a worker
+  // keeps the one it was created with: a program that calls it after its first
+  // parallel op runs its parallel ops partly unflushed. The manifest's
+  // flush_denormal is the main thread's; flush_denormal_workers_at_end says
+  // what the workers do.
+  if (std::thread::hardware_concurrency() < 2) {
+    MESSAGE("SKIPPED: one CPU, no intra-op worker");
+    return;
+  }
+  const int old_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  at::Tensor warm = at::ones({1 << 20}).mul(2);  // the workers exist now, not flushing
+  auto manifest_of = [](const Recorded& r) {
+    return opguard::formats::read_manifest(r.layout.ranks[0].manifest_path);
+  };
+  at::globalContext().setFlushDenormal(true);
+  const auto main_only = manifest_of(record([&] { at::ones({4}).add(1); }));
+  CHECK(main_only.info.at("flush_denormal_at_end") == "1");
+  CHECK(main_only.info.at("flush_denormal_workers_at_end") == "0");
+  // Set on every thread of the team, as a program has it that calls
+  // torch.set_flush_denormal before its first parallel op.
+  auto set_all = [](bool on) {
+    // Stored atomically after construction: ThreadSanitizer does not see
+    // libgomp order the workers after it (not built for it).
+    std::atomic<bool> value;
+    value.store(on);
+    opguard::on_every_openmp_thread(
+        [](void* v) { at::globalContext().setFlushDenormal(static_cast<std::atomic<bool>*>(v)->load()); }, &value);
+  };
+  set_all(true);
+  const auto everywhere = manifest_of(record([&] { at::ones({4}).add(1); }));
+  CHECK(everywhere.info.at("flush_denormal_workers_at_end") == "1");
+  set_all(false);
+  const auto none = manifest_of(record([&] { at::ones({4}).add(1); }));
+  CHECK(none.info.at("flush_denormal_at_end") == "0");
+  CHECK(none.info.at("flush_denormal_workers_at_end") == "0");
+  // One intra-op thread: no worker to ask.
+  at::set_num_threads(1);
+  const auto single = manifest_of(record([&] { at::ones({4}).add(1); }));
+  CHECK(single.info.count("flush_denormal_workers_at_end") == 0);
+  at::set_num_threads(old_threads);
 }
 
 TEST_CASE("a recorder that only observes (the benchmarks' OPGUARD_TEST_OBSERVE_ONLY) records no event and says so") {
