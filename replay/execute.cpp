@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -344,12 +343,7 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
 void set_flush_denormal_on_every_thread(bool on) {
   at::globalContext().setFlushDenormal(on);
   if (at::get_num_threads() <= 1 || at::in_parallel_region()) return;
-  // Stored atomically after construction: ThreadSanitizer does not see
-  // libgomp order the workers after it (not built for it).
-  std::atomic<bool> value;
-  value.store(on);
-  on_every_openmp_thread(
-      [](void* v) { at::globalContext().setFlushDenormal(static_cast<std::atomic<bool>*>(v)->load()); }, &value);
+  on_every_openmp_thread([](bool value) { at::globalContext().setFlushDenormal(value); }, on);
 }
 
 // Settings apply for one trial and are undone afterwards, so that --all and

@@ -927,12 +927,7 @@ TEST_CASE("the manifest says whether the intra-op workers flush denormals: set a
   // Set on every thread of the team, as a program has it that calls
   // torch.set_flush_denormal before its first parallel op.
   auto set_all = [](bool on) {
-    // Stored atomically after construction: ThreadSanitizer does not see
-    // libgomp order the workers after it (not built for it).
-    std::atomic<bool> value;
-    value.store(on);
-    opguard::on_every_openmp_thread(
-        [](void* v) { at::globalContext().setFlushDenormal(static_cast<std::atomic<bool>*>(v)->load()); }, &value);
+    opguard::on_every_openmp_thread([](bool value) { at::globalContext().setFlushDenormal(value); }, on);
   };
   set_all(true);
   const auto everywhere = manifest_of(record([&] { at::ones({4}).add(1); }));

@@ -10,12 +10,13 @@ import sys
 
 import torch
 
-if "big" in sys.argv[1:]:
+big = "big" in sys.argv[1:]
+if big:
     torch.set_num_threads(2)
 if "flush" in sys.argv[1:]:
     if not torch.set_flush_denormal(True):
         sys.exit("this CPU cannot flush denormals")
-n = 1 << 20 if "big" in sys.argv[1:] else 64
+n = 1 << 20 if big else 64
 x = torch.full((n,), 1e-20)
 y = torch.full((n,), 1e-20)
 z = x * y

@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "../support/process.h"
 #include "opguard/core/error.h"

@@ -15,6 +15,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+
 namespace opguard {
 
 // False, running nothing, where the process has no libgomp (another
@@ -32,6 +34,24 @@ inline bool on_every_openmp_thread(void (*fn)(void*), void* data) {
   if (parallel == nullptr) return false;
   parallel(fn, data, 0, 0);  // 0 threads: the team size the process set (omp_set_num_threads)
   return true;
+}
+
+// fn(value) on every thread of the team. The function and the value travel
+// in atomics stored after construction: ThreadSanitizer does not see libgomp
+// (not built for it) order the workers after the caller's writes.
+inline bool on_every_openmp_thread(void (*fn)(bool), bool value) {
+  struct Call {
+    std::atomic<void (*)(bool)> fn;
+    std::atomic<bool> value;
+  } call;
+  call.fn.store(fn);
+  call.value.store(value);
+  return on_every_openmp_thread(
+      [](void* data) {
+        auto& c = *static_cast<Call*>(data);
+        c.fn.load()(c.value.load());
+      },
+      &call);
 }
 
 }  // namespace opguard
