@@ -82,7 +82,7 @@ def apply_in_process(config):
         elif knob == "deterministic":
             torch.use_deterministic_algorithms(value == "on")
         elif knob == "flush_denormal":
-            torch.set_flush_denormal(value == "on")
+            pass  # after the thread count: set_flush_denormal below
         elif knob == "float32_matmul_precision":
             torch.set_float32_matmul_precision(value)
         elif knob == "dtype":
@@ -102,7 +102,20 @@ def apply_in_process(config):
             pass  # run_op enables the backends
         else:
             fail("knob %s is not one this reproducer can set" % knob)
+    if "flush_denormal" in config:
+        set_flush_denormal(config["flush_denormal"])
     return cast
+
+
+def set_flush_denormal(value):
+    """Flushes denormals (FTZ and DAZ) on the threads `value` names: on (all), off, main (the thread that calls
+    the op) or workers (torch's intra-op threads). torch.set_flush_denormal sets the calling thread's only, and
+    an intra-op worker keeps what it was created with: the workers are started here, by a parallel op, under
+    the setting they are to keep, before this thread's is set."""
+    if not torch.set_flush_denormal(value in ("on", "workers")):
+        fail("flush_denormal=%s did not take: this CPU cannot flush denormals" % value)
+    torch.ones(1 << 20).sum()  # parallel: starts the intra-op workers at the thread count set above
+    torch.set_flush_denormal(value in ("on", "main"))
 
 
 def load(h5, name, grad=""):
@@ -653,6 +666,19 @@ std::vector<std::string> env_of(const std::vector<std::pair<std::string, std::st
 }
 
 // Sets the in-process knobs; returns the dtype floating inputs are cast to.
+// Flushes denormals (FTZ and DAZ) on the threads `value` names: on (all), off,
+// main (the thread that calls the op) or workers (libtorch's intra-op
+// threads). setFlushDenormal sets the calling thread's only, and an intra-op
+// worker keeps what it was created with: the workers are started here, by a
+// parallel op, under the setting they are to keep, before this thread's is set.
+void set_flush_denormal(const std::string& value) {
+  auto& ctx = at::globalContext();
+  if (!ctx.setFlushDenormal(value == "on" || value == "workers"))
+    fail("flush_denormal=" + value + " did not take: this CPU cannot flush denormals");
+  at::ones({1 << 20}).sum();  // parallel: starts the intra-op workers at the thread count set before
+  ctx.setFlushDenormal(value == "on" || value == "main");
+}
+
 std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::string, std::string>>& config) {
   std::optional<at::ScalarType> cast;
   auto& ctx = at::globalContext();
@@ -660,7 +686,7 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
     if (knob == "threads") at::set_num_threads(std::stoi(value));
     else if (knob == "mkldnn") ctx.setUserEnabledMkldnn(value == "on");
     else if (knob == "deterministic") ctx.setDeterministicAlgorithms(value == "on", false);
-    else if (knob == "flush_denormal") ctx.setFlushDenormal(value == "on");
+    else if (knob == "flush_denormal") continue;  // after the thread count: set_flush_denormal below
     else if (knob == "float32_matmul_precision") ctx.setFloat32MatmulPrecision(value);
     else if (knob == "dtype") cast = scalar_type(value);
     else if (knob == "device") {
@@ -679,6 +705,8 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
       fail("knob " + knob + " is not one this reproducer can set");
     }
   }
+  for (const auto& [knob, value] : config)
+    if (knob == "flush_denormal") set_flush_denormal(value);
   return cast;
 }
 

@@ -53,7 +53,10 @@ std::vector<KnobInfo> make_table() {
   add("float32_matmul_precision", "highest|high|medium", "the CPU's oneDNN fp32 matmul precision "
       "(torch.backends.mkldnn.matmul.fp32_precision ieee|tf32|bf16, as torch.set_float32_matmul_precision sets it): "
       "fp32 matmul through TF32/bf16 paths where the hardware has them; the CUDA one is tf32_cublas", false);
-  add("flush_denormal", "on|off", "flush denormal floats to zero (at::globalContext().setFlushDenormal)", false);
+  add("flush_denormal", "on|off|main|workers", "flush denormal floats to zero (FTZ and DAZ, "
+      "torch.set_flush_denormal) on every thread (on), on the thread that calls the op only (main: the program "
+      "set it after its first parallel op, and torch's intra-op workers kept what they started with) or on the "
+      "intra-op workers only (workers: the program cleared it after its first parallel op)", false);
   add("sdpa_backend", "all|none|math|flash|efficient|cudnn, or several joined by + (math+flash)",
       "the scaled_dot_product_attention backends enabled (torch.nn.attention.sdpa_kernel): the op picks its "
       "kernel among them, on the CPU flash or math; unset: those the recorded op ran under", false);
@@ -162,7 +165,15 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
     if (v == "sequential" || v == "ring" || v == "tree") return v;
     throw UsageError("reduce=" + v + " is not a value of reduce: use sequential, ring or tree");
   }
-  if (knob == "mkldnn" || knob == "deterministic" || knob == "flush_denormal") return canonical_bool(knob, v);
+  if (knob == "flush_denormal" && (v == "main" || v == "workers")) return v;
+  if (knob == "mkldnn" || knob == "deterministic") return canonical_bool(knob, v);
+  if (knob == "flush_denormal") {
+    try {
+      return canonical_bool(knob, v);
+    } catch (const UsageError&) {
+      throw UsageError("flush_denormal=" + v + " is not a value of flush_denormal: use on, off, main or workers");
+    }
+  }
   if (knob == "sdpa_backend") {
     if (auto b = formats::parse_sdp(v)) return formats::sdp_text(*b);
     throw UsageError("sdpa_backend=" + v + " is not a value of sdpa_backend: use all, none, or math, flash, "
@@ -288,9 +299,14 @@ Config recorded_config(const std::string& recording_dir, int rank) {
   if (auto v = info("mkldnn_enabled"); !v.empty()) c.set("mkldnn", v == "1" ? "on" : "off");
   if (auto v = info("deterministic_algorithms"); !v.empty()) c.set("deterministic", v == "1" ? "on" : "off");
   if (auto v = info("float32_matmul_precision"); !v.empty()) c.set("float32_matmul_precision", v);
-  // Only when on: off is every process's state (and recordings before the key
-  // existed have none).
-  if (info("flush_denormal") == "1") c.set("flush_denormal", "on");
+  // Only when some thread flushed: off is every process's state (and
+  // recordings before the keys existed have none). The intra-op workers'
+  // state is asked at a clean end with more than one thread; without it, they
+  // are taken to flush as the main thread does.
+  const bool main_flushes = info("flush_denormal") == "1";
+  const std::string workers = info("flush_denormal_workers");
+  const detail::FlushDenormal flush{main_flushes, workers == "1" || (workers.empty() && main_flushes)};
+  if (flush.caller || flush.workers) c.set("flush_denormal", detail::flush_denormal_value(flush));
   for (const char* name : detail::kRecordedEnv) {
     auto it = m.env.find(name);
     if (it != m.env.end()) c.set(std::string("env:") + name, it->second);
@@ -305,8 +321,13 @@ Config with_event_knobs(Config run, const formats::Event& ev, GpuKnobs gpu) {
   run.set("mkldnn", k.mkldnn ? "on" : "off");
   run.set("deterministic", k.deterministic ? "on" : "off");
   run.set("float32_matmul_precision", k.matmul_precision);
-  // As recorded_config: named where on, or where the run's value said on.
-  if (k.flush_denormal || run.get("flush_denormal")) run.set("flush_denormal", k.flush_denormal ? "on" : "off");
+  // The event's thread as it ran the op, the intra-op workers as the run's
+  // value has them (their state is asked at the end only). Named as
+  // recorded_config names it: where some thread flushed, or where the run's
+  // value was named.
+  const auto run_flush = run.get("flush_denormal");
+  const detail::FlushDenormal flush{k.flush_denormal, run_flush && detail::flush_denormal_of(*run_flush).workers};
+  if (flush.caller || flush.workers || run_flush) run.set("flush_denormal", detail::flush_denormal_value(flush));
   const auto device = run.get("device");
   const bool cuda = device && device->rfind("cuda", 0) == 0;
   if (k.gpu && (gpu == GpuKnobs::kAlways || cuda)) {

@@ -338,12 +338,14 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
 // starts with its creator's), so a trial's setting missed the workers an
 // earlier parallel kernel had started (a trial flushed the denormals of its
 // own chunk and not the worker's), and a setting that did reach them, by
-// their being created under it, stayed for the trials after. Sets it on
-// this thread and every intra-op thread.
-void set_flush_denormal_on_every_thread(bool on) {
-  at::globalContext().setFlushDenormal(on);
-  if (at::get_num_threads() <= 1 || at::in_parallel_region()) return;
-  on_every_openmp_thread([](bool value) { at::globalContext().setFlushDenormal(value); }, on);
+// their being created under it, stayed for the trials after. Sets every
+// intra-op thread's, then this thread's: the program's state where it called
+// torch.set_flush_denormal after its first parallel op (`main`), or cleared
+// it after (`workers`), as well as before (`on`).
+void set_flush_denormal(FlushDenormal f) {
+  if (at::get_num_threads() > 1 && !at::in_parallel_region())
+    on_every_openmp_thread([](bool value) { at::globalContext().setFlushDenormal(value); }, f.workers);
+  at::globalContext().setFlushDenormal(f.caller);
 }
 
 // Settings apply for one trial and are undone afterwards, so that --all and
@@ -378,7 +380,7 @@ class SettingsScope {
     if (s.flush_denormal) {
       // After the thread count: every thread the trial's kernels run on.
       flush_ = true;
-      set_flush_denormal_on_every_thread(*s.flush_denormal);
+      set_flush_denormal(*s.flush_denormal);
     }
     sdp_ = {ctx.userEnabledMathSDP(), ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(),
             ctx.userEnabledCuDNNSDP()};
@@ -404,7 +406,7 @@ class SettingsScope {
   ~SettingsScope() {
     auto& ctx = at::globalContext();
     // Before the thread count goes back: the trial's threads, all of them.
-    if (flush_) set_flush_denormal_on_every_thread(false);
+    if (flush_) set_flush_denormal({});
     if (at::get_num_threads() != threads_) at::set_num_threads(threads_);
     ctx.setUserEnabledMkldnn(mkldnn_);
     ctx.setDeterministicAlgorithms(deterministic_, deterministic_warn_);

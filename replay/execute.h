@@ -12,6 +12,7 @@
 
 #include "opguard/formats/recording.h"
 #include "opguard/replay/replay.h"
+#include "replay_internal.h"
 
 namespace opguard::replay::detail {
 
@@ -20,7 +21,7 @@ struct Settings {
   std::optional<int> threads;
   std::optional<bool> mkldnn;
   std::optional<bool> deterministic;
-  std::optional<bool> flush_denormal;
+  std::optional<FlushDenormal> flush_denormal;
   std::optional<std::string> matmul_precision;  // highest | high | medium
   std::optional<DType> dtype;                   // cast floating inputs, cast outputs back
   bool capture_call = false;                    // fill ExecResult::call

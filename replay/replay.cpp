@@ -79,7 +79,7 @@ detail::Settings settings_of(const Config& c) {
   if (auto v = c.get("threads")) s.threads = std::stoi(*v);
   if (auto v = c.get("mkldnn")) s.mkldnn = *v == "on";
   if (auto v = c.get("deterministic")) s.deterministic = *v == "on";
-  if (auto v = c.get("flush_denormal")) s.flush_denormal = *v == "on";
+  if (auto v = c.get("flush_denormal")) s.flush_denormal = detail::flush_denormal_of(*v);
   if (auto v = c.get("float32_matmul_precision")) s.matmul_precision = *v;
   if (auto v = c.get("dtype")) s.dtype = dtype_from_name(*v);
   if (auto v = c.get("tp")) s.tp = std::stoi(*v);

@@ -18,6 +18,23 @@ inline constexpr const char* kRecordedEnv[] = {
     "MKL_DYNAMIC",      "DNNL_MAX_CPU_ISA",           "ONEDNN_MAX_CPU_ISA",       "DNNL_DEFAULT_FPMATH_MODE",
     "ONEDNN_DEFAULT_FPMATH_MODE", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"};
 
+// flush_denormal's value as the threads whose MXCSR flushes: `on` every
+// thread, `off` none, `main` only the thread that calls the op, `workers` only
+// torch's intra-op threads. torch.set_flush_denormal sets the calling
+// thread's MXCSR, and an intra-op worker keeps the one it was created with:
+// a program that calls it after its first parallel op runs as `main`, one
+// that clears it after its first parallel op as `workers`.
+struct FlushDenormal {
+  bool caller = false;
+  bool workers = false;
+};
+inline FlushDenormal flush_denormal_of(const std::string& value) {
+  return {value == "on" || value == "main", value == "on" || value == "workers"};
+}
+inline std::string flush_denormal_value(FlushDenormal f) {
+  return f.caller ? (f.workers ? "on" : "main") : (f.workers ? "workers" : "off");
+}
+
 // What a child trial is asked to do: the effective config (already overlaid on
 // the recorded one) and which events.
 struct Request {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "../support/process.h"
 
@@ -268,6 +269,47 @@ TEST_CASE("a bundle of attention run under sdpa_kernel(MATH) runs it with the ma
   Result cpp = opguard::testing::build_and_run_repro(kPython, kCMake, bundle, tmp / "build", tmp.path().string());
   INFO(cpp.out << cpp.err);
   CHECK(cpp.exit_code == 0);
+}
+
+TEST_CASE("a bundle of an op that ran with denormals flushed on the main thread only runs it so, in Python and in C++") {
+  // tests/replay/denormal_ops.py flush late big: the program starts its
+  // intra-op worker before torch.set_flush_denormal(True), and the worker's
+  // half of the 2**20 products stays denormal (flush_denormal=main). The
+  // bundle's programs must start their workers unflushed before they set the
+  // flag (--strict: the recorded bits); flush_denormal=on flushes all.
+  if (std::thread::hardware_concurrency() < 2) {
+    MESSAGE("SKIPPED: one CPU, no intra-op worker thread");
+    return;
+  }
+  TempDir tmp;
+  const std::string rec = tmp / "flushed";
+  Result r = run({kOpguard, "record", "--out", rec, "--dump-all", "--", kPython, OPGUARD_DENORMAL_OPS_PY, "flush",
+                  "late", "big"},
+                 tmp.path().string());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("524288") != std::string::npos);  // the program's count of flushed products
+  Result ls = run({kOpguard, "ls", rec, "--events", "--json"}, tmp.path().string());
+  REQUIRE(ls.exit_code == 0);
+  const auto listed = nlohmann::json::parse(ls.out);
+  std::string mul;
+  for (const auto& ev : listed["ranks"][0]["steps"][0]["events"])
+    if (ev["op"] == "aten::mul.Tensor") mul = ev["id"].get<std::string>();
+  REQUIRE_FALSE(mul.empty());
+  const std::string bundle = tmp / "bundle";
+  Result w = run({kOpguard, "repro", rec, "--event", mul, "--good", "flush_denormal=main", "--bad",
+                  "flush_denormal=on", "-o", bundle},
+                 tmp.path().string());
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  Result py = run({kPython, fs::path(bundle) / "repro.py", "--strict"}, tmp.path().string());
+  INFO(py.out << py.err);
+  CHECK(py.exit_code == 0);
+  CHECK(py.out.find("524288 of 1048576") != std::string::npos);
+  Result cpp = opguard::testing::build_and_run_repro(kPython, kCMake, bundle, tmp / "build", tmp.path().string());
+  INFO(cpp.out << cpp.err);
+  CHECK(cpp.exit_code == 0);
+  CHECK(metric_lines(cpp.out) == metric_lines(py.out));
 }
 
 TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {

@@ -489,6 +489,49 @@ TEST_CASE("flush_denormal is set on every intra-op thread of a trial and undone 
   CHECK(plain.verdict == replay::Verdict::kReproduces);
 }
 
+TEST_CASE("denormals flushed on the main thread only, or on the intra-op workers only, replay as they ran "
+          "(flush_denormal=main, workers)") {
+  // denormal_ops.py flush late big: the program starts its intra-op worker
+  // before torch.set_flush_denormal(True), so the worker's half of the 2**20
+  // products stays denormal; cleared big: it sets the flag, starts the
+  // worker, clears it, so only the worker's half is flushed. The manifest has
+  // the main thread's state per event and the workers' at the end; replay
+  // sets both (before, it set the main thread's on every thread and said the
+  // first op differs in 524288 of 1048576 elements).
+  if (std::thread::hardware_concurrency() < 2) {
+    MESSAGE("SKIPPED: one CPU, no intra-op worker thread to set");
+    return;
+  }
+  struct Case {
+    const char* mode;
+    const char* value;
+    const char* other;  // another value, under which the op differs in the worker's or main thread's half
+  };
+  for (const Case& c : {Case{"late", "main", "on"}, Case{"cleared", "workers", "off"}}) {
+    INFO(c.mode);
+    const std::string dir = recordings().tmp / (std::string("flushed_") + c.mode);
+    record(recordings().tmp, dir, {"--dump-all"}, {kPython, kDenormalOps, "flush", c.mode, "big"});
+    CHECK(replay::recorded_config(dir, 0).get("flush_denormal") == std::optional<std::string>(c.value));
+    const auto mul = by_op(replay::replay_all(dir, options())).at("aten::mul.Tensor");
+    INFO(mul.message);
+    CHECK(mul.config.find(std::string("flush_denormal=") + c.value) != std::string::npos);
+    CHECK_FALSE(mul.child_process);
+    CHECK(mul.verdict == replay::Verdict::kReproduces);
+    const auto other = replay::replay_event(dir, mul.event, options(std::string("flush_denormal=") + c.other));
+    REQUIRE(other.outputs.size() == 1);
+    REQUIRE(other.outputs[0].has_metrics);
+    CHECK(other.outputs[0].metrics.differing == (1 << 19));  // one thread's half
+  }
+  Result ls = run({kOpguard, "ls", recordings().tmp / "flushed_late"}, recordings().tmp.path().string());
+  CHECK(ls.out.find("flush_denormal on (intra-op workers off)") != std::string::npos);
+  // Undone on every thread: a recording without the flag replays after them.
+  const std::string plain_dir = recordings().tmp / "denormal_big_after";
+  record(recordings().tmp, plain_dir, {"--dump-all"}, {kPython, kDenormalOps, "big"});
+  const auto plain = by_op(replay::replay_all(plain_dir, options())).at("aten::mul.Tensor");
+  CHECK(plain.verdict == replay::Verdict::kReproduces);
+  CHECK_THROWS_AS(replay::Config::parse("flush_denormal=caller"), opguard::UsageError);
+}
+
 TEST_CASE("attention run under sdpa_kernel(MATH) is replayed with the math backend; sdpa_backend=all differs") {
   // sdpa_ops.py math: scaled_dot_product_attention inside
   // torch.nn.attention.sdpa_kernel(SDPBackend.MATH). The op picks its kernel
