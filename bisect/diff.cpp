@@ -329,6 +329,9 @@ struct FlowEvent {
   int64_t step = 0;
   int32_t op = 0;    // StringPool id
   int32_t gap = -1;  // unmatched events: their gap (RankState::gaps)
+  // Its outputs' bits came from an argument the recording does not hold
+  // (PairComparison::opaque_input) and differ: data from outside the recording.
+  bool brings_outside = false;
 };
 
 // A gap of the alignment: a maximal run of events only one run has, between
@@ -414,6 +417,9 @@ struct PairComparison {
   bool tensor_input_differs = false;
   bool argument_differs = false;  // a non-tensor argument or a generator state
   bool outputs_differ = false;
+  // An input of kind other (set_'s Storage, a custom class object): compared
+  // as its text, which does not show what it holds.
+  bool opaque_input = false;
 };
 
 void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::size_t b, const StringPool& pool,
@@ -424,7 +430,7 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
   const std::size_t b_out = B.first_output(b), b_n_out = B.end(b) - b_out;
   c.input_differs.assign(b_n_in, 0);
   c.output_differs.assign(b_n_out, 0);
-  c.tensor_input_differs = c.argument_differs = c.outputs_differ = false;
+  c.tensor_input_differs = c.argument_differs = c.outputs_differ = c.opaque_input = false;
   // A tensor one run did not fingerprint is no evidence that its bits differ:
   // one written without the dispatcher before the hashing thread got to it
   // (torch.compile's kernels fill what an out= op returned, and reuse the
@@ -439,6 +445,7 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
       continue;
     }
     if (B.kind(b_in + k) == ValueKind::kTensor && is_write_only(B, b, b_in + k, pool)) continue;
+    c.opaque_input = c.opaque_input || B.kind(b_in + k) == ValueKind::kOther;
     if (values_equal(A, a_in + k, B, b_in + k)) continue;
     const bool tensors = A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor;
     if (tensors && values_equal(A, a_in + k, B, b_in + k, true)) {
@@ -447,7 +454,11 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
       continue;
     }
     c.input_differs[k] = 1;
-    if (tensors) c.tensor_input_differs = true;
+    // A Python number the dispatcher wrapped in a tensor (x * 0.5) is an
+    // argument of the call, not data an earlier op made.
+    const bool number = tensors && (A.c->values.flags[a_in + k] & formats::kTensorWrappedNumber) &&
+                        (B.c->values.flags[b_in + k] & formats::kTensorWrappedNumber);
+    if (tensors && !number) c.tensor_input_differs = true;
     else c.argument_differs = true;
   }
   // An output so compares by dtype and shape: its readers see the bits.
@@ -913,6 +924,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
             s.event = made.last_divergent >= 0 ? made.last_divergent : made.last;
           }
         }
+        // Bits an op brought in from an argument the recording does not
+        // hold: they entered here, at their first reader that differs.
+        if (s.kind == BitsSource::kPropagated && s.event >= 0 && rs.events[static_cast<std::size_t>(s.event)].brings_outside)
+          s.kind = BitsSource::kEnteredOutside;
         if (s.kind == BitsSource::kPropagated) {
           const int32_t gap = s.event >= 0 ? rs.events[static_cast<std::size_t>(s.event)].gap : -1;
           if (gap >= 0 && gap_clean(rs, gap)) gap_sources.emplace_back(gap, static_cast<int>(k));
@@ -934,6 +949,13 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       }
     } else if (cmp.argument_differs) {
       cls = EventClass::kOriginArgs;
+    } else if (cmp.outputs_differ && cmp.opaque_input) {
+      // set_ of a Storage (the batches a DataLoader's worker processes send,
+      // in the order they arrive; torch.load): the outputs' bits come from
+      // an argument the recording does not hold. No evidence that the op
+      // computed them otherwise: the first reader of other bits is entered.
+      cls = EventClass::kSame;
+      rs.events.back().brings_outside = true;
     } else {
       cls = cmp.outputs_differ ? EventClass::kOrigin : EventClass::kSame;
     }
@@ -1033,6 +1055,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       if (p.reference_id) d.producer_reference_id = formats::event_id_string(*p.reference_id);
       d.producer_op = pool_[p.op];
       d.producer_step = p.step;
+      d.brought_in = p.brings_outside;
     }
     add_evidence(d, re.reader, se.reader, ea, eb, false, static_cast<std::size_t>(source_input));
   } else {

@@ -80,7 +80,8 @@ json event_json(const DivergentEvent& d) {
                     {"producer_id", optional_json(d.producer_id)},
                     {"producer_reference_id", optional_json(d.producer_reference_id)},
                     {"producer_op", d.producer_op},
-                    {"producer_step", d.producer_step}};
+                    {"producer_step", d.producer_step},
+                    {"brought_in", d.brought_in}};
   }
   json evidence = json::array();
   for (const auto& e : d.evidence)
@@ -168,7 +169,12 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
     t += fmt::format("    {} {}: {} | {}\n", value_label(v.output, v.position, v.name), v.kind, v.reference, v.suspect);
   if (d.cls == EventClass::kEntered) {
     t += fmt::format("    {} carries bits that no operator produced differently", d.entered_input);
-    if (d.producer_id)
+    if (d.producer_id && d.brought_in)
+      t += fmt::format(": brought in by {} (event {}{}, step {}) from an argument the recording does not hold "
+                       "(data from outside the recording: a DataLoader worker's batch, a loaded checkpoint)\n",
+                       d.producer_op, *d.producer_id,
+                       d.producer_reference_id ? ", reference " + *d.producer_reference_id : "", d.producer_step);
+    else if (d.producer_id)
       t += fmt::format(": last produced by {} (event {}{}, step {}), then changed outside the dispatcher in the {}\n",
                        d.producer_op, *d.producer_id,
                        d.producer_reference_id ? ", reference " + *d.producer_reference_id : "", d.producer_step,

@@ -18,6 +18,7 @@
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 #include "opguard/formats/rerecord.h"
+#include "opguard/formats/tensor_view.h"
 #include "trials.h"
 
 namespace opguard::bisect {
@@ -46,6 +47,35 @@ formats::Manifest manifest_of(const std::string& dir, int rank) {
 // Runs the manifest's record command with --dump-around into
 // `work/<name>-around-ID`; returns that directory. Its output goes to a log
 // beside it, named in the error when it fails.
+// The re-recording must have computed what the recording holds: event
+// `event`'s fingerprints equal in both. A program that read something of its
+// own that the manifest does not hold (an environment variable, an input
+// file, the time) runs otherwise the second time, and bisecting the
+// re-recording's tensors would explain another run.
+void require_same_bits(const std::string& recording, const std::string& rerecorded, int rank, const std::string& event,
+                       int radius) {
+  const auto was = detail::load_event(recording, rank, event);
+  const auto now = detail::load_event(rerecorded, rank, event);
+  auto compare = [&](const std::vector<formats::Value>& a, const std::vector<formats::Value>& b, const char* side) {
+    for (std::size_t k = 0; k < a.size() && k < b.size(); ++k) {
+      if (!formats::carries_tensor(a[k].kind) || !formats::carries_tensor(b[k].kind)) continue;
+      const auto& ma = a[k].tensor;
+      const auto& mb = b[k].tensor;
+      if (formats::bits_state(ma) != formats::BitsState::kHashed ||
+          formats::bits_state(mb) != formats::BitsState::kHashed || ma.fingerprint == mb.fingerprint)
+        continue;
+      throw FormatError(fmt::format(
+          "the re-recording {} did not compute what {} holds: {} {} of event {} ({}) has fingerprint {:016x} there "
+          "and {:016x} here, so the program ran otherwise (an environment variable, input file or seed of its own "
+          "that the manifest does not hold); re-record it yourself with --dump-around {}:{} and run bisect on that",
+          rerecorded, recording, side, a[k].name.empty() ? std::to_string(k) : a[k].name, event, was.op,
+          ma.fingerprint, mb.fingerprint, event, radius));
+    }
+  };
+  compare(was.inputs, now.inputs, "input");
+  compare(was.outputs, now.outputs, "output");
+}
+
 std::string rerecord(const std::string& recording, int rank, const std::string& event, const fs::path& work,
                      const std::string& name, const RunOptions& o) {
   const auto m = manifest_of(recording, rank);
@@ -86,6 +116,10 @@ RunResult bisect_run(const RunOptions& o) {
   const fs::path out = fs::absolute(o.out_dir);
   if (fs::exists(out) && !fs::is_directory(out))
     throw IoError(fmt::format("{} exists and is not a directory: name a new one with -o", out.string()));
+  // Its work/ and bundle/ are written afresh: never over what is there (the
+  // recordings being compared, a previous run's bundle).
+  if (fs::exists(out) && !fs::is_empty(out))
+    throw IoError(fmt::format("{} is not empty: name a new or empty directory with -o", out.string()));
   const fs::path work = out / "work";
   const bool created_out = !fs::exists(out);
   std::error_code ec;
@@ -160,6 +194,8 @@ RunResult bisect_run(const RunOptions& o) {
       throw FormatError(fmt::format("the re-recording {} has {} at event {}, without full inputs, where the diff saw "
                                     "{}: the program is not deterministic under its config", ref, ev.op,
                                     result.event, fd.op));
+    require_same_bits(o.reference, ref, o.rank, result.event, o.dump_radius);
+    if (!fd.region) require_same_bits(o.suspect, sus, o.rank, sus_event, o.dump_radius);
     stage("re-record", t0);
     result.rerecorded = true;
   }

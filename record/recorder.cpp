@@ -206,6 +206,10 @@ struct RecorderImpl {
   std::atomic<int64_t> step{0};
   std::atomic<bool> explicit_steps{false};
   std::atomic<bool> optimizer_ranges{false};
+  // An Optimizer.step range ended the step: taken by the next event, or by
+  // the program's own step call right after it (opguard.step() after
+  // optimizer.step() ends one step, not two).
+  std::atomic<bool> step_end_pending{false};
   // The inferred step boundary (docs/RECORD.md, "Steps"), for programs with
   // neither: since the last boundary a backward op ran and, after it, an op
   // wrote a parameter (a leaf tensor that requires grad); the next forward op
@@ -371,6 +375,8 @@ struct RecorderImpl {
 // The active recorder. Never freed: a callback already running on another
 // thread may still read it after stop().
 RecorderImpl* g_recorder = nullptr;
+
+void end_step();  // with Recorder::step, below
 
 namespace {
 
@@ -1296,7 +1302,6 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         return std::make_unique<Context>(Context::kPhase);
       }
       if (std::strcmp(name, kStepRangeName) == 0) {
-        rec.explicit_steps.store(true);
         Recorder::step();
         return nullptr;
       }
@@ -1406,6 +1411,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   PendingEvent& pending = *ctx->pending;
   formats::Event& ev = pending.event;
   const Phase phase = current_phase(ts);
+  if (rec.step_end_pending.load(std::memory_order_relaxed) && rec.step_end_pending.exchange(false)) end_step();
   if (infers_steps(rec)) {
     // Steps of programs that neither call mark_step() nor run PyTorch's
     // Optimizer.step: a forward op after a backward and an optimizer update
@@ -1416,7 +1422,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       rec.backward_seen.store(true, std::memory_order_relaxed);
     } else if (phase == Phase::kForward && rec.parameters_updated.load(std::memory_order_relaxed) &&
                rec.training_thread.load(std::memory_order_relaxed) == fn.threadId() && reads_parameter(fn.inputs())) {
-      Recorder::step();
+      end_step();
     }
   }
   ev.stream = ts.stream;
@@ -1509,7 +1515,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
       if (!ts.phases.empty()) ts.phases.pop_back();
       if (std::strncmp(fn.name(), kOptimizerStepPrefix, std::strlen(kOptimizerStepPrefix)) == 0 &&
           !rec.explicit_steps.load() && ts.phases.empty() && ts.nodes.empty())
-        Recorder::step();
+        rec.step_end_pending.store(true);
       return;
     case Context::kNode:
       if (!ts.nodes.empty()) ts.nodes.pop_back();
@@ -1840,6 +1846,14 @@ void Recorder::start(const RecorderOptions& options) {
   config.test_writer_delay_us = record::test_writer_delay_from_env();
   config.test_hasher_delay_us = record::test_hasher_delay_from_env();
   config.test_observe_only = record::test_observe_only_from_env();
+  // The program's own start, unlike `opguard record`'s preload (whose
+  // directory the CLI made empty, and where a second process of the command
+  // line is refused at its first event): a directory that holds this rank's
+  // recording already is an error the program sees, not a stderr line.
+  const std::string owner =
+      formats::rank_dir(options.out_dir, record::env_int("RANK", record::env_int("LOCAL_RANK", 0))) + "/owner.pid";
+  if (!options.out_dir.empty() && ::access(owner.c_str(), F_OK) == 0)
+    throw IoError(options.out_dir + " already holds a recording of this rank: choose a new directory");
   record::start_recording(config);
 }
 
@@ -1850,7 +1864,10 @@ bool Recorder::active() {
   return rec != nullptr && rec->active.load();
 }
 
-void Recorder::step() {
+// Ends the current step: the program's call (Recorder::step, mark_step,
+// torch.ops.opguard.step) or the recorder's own (an Optimizer.step range, an
+// inferred step).
+void record::end_step() {
   RecorderImpl* rec = g_recorder;
   if (rec == nullptr || !rec->active.load()) return;
   rec->step.fetch_add(1);
@@ -1863,6 +1880,16 @@ void Recorder::step() {
       rec->writer->end_step();
     }
   }
+}
+
+// From the first of the program's own calls on, only they end steps (the
+// optimizer's ranges no longer do: docs/RECORD.md, "Steps").
+void Recorder::step() {
+  RecorderImpl* rec = g_recorder;
+  if (rec == nullptr || !rec->active.load()) return;
+  rec->explicit_steps.store(true);
+  rec->step_end_pending.store(false);
+  record::end_step();
 }
 
 void Recorder::mark(const at::Tensor& tensor, const std::string& name) { record::mark_tensor(tensor, name); }

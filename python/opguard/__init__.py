@@ -25,7 +25,8 @@ def _library_path():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    for rel in ("../lib/libopguard_record.so", "../../lib/libopguard_record.so", "../../../lib/libopguard_record.so"):
+    # <build>/python/opguard: <build>/lib; <prefix>/share/opguard/python/opguard: <prefix>/lib.
+    for rel in ("../../lib/libopguard_record.so", "../../../../lib/libopguard_record.so"):
         p = os.path.normpath(os.path.join(here, rel))
         if os.path.exists(p):
             return p

@@ -3,7 +3,9 @@
 Global forward hooks put every nn.Module call in a scope; the recorder gives
 the operators inside it that scope's path. Paths come from named_modules() of
 the outermost module called ("blocks.1.attn.proj"); the outermost module
-itself has the empty path.
+itself has the empty path. A module called on its own before the model that
+holds it is named relative to itself until the model's first call names it
+in full.
 
 The hooks call the recorder's opguard_push_scope / opguard_pop_scope
 (libopguard_record.so, through ctypes) when the process has the recorder
@@ -42,11 +44,12 @@ def _path_of(module):
     path = _names.get(module)
     if path is None:
         # Not seen yet: it is the outermost module of a call tree. Name it and
-        # everything below it.
+        # everything below it, also what a part of it was named when that part
+        # was called on its own first (a probe of one block before training):
+        # those names were relative to the part ("fc" for "blocks.1.fc").
         for sub_name, sub in module.named_modules():
-            if sub not in _names:
-                _names[sub] = sub_name.encode()
-        path = _names.get(module, b"")
+            _names[sub] = sub_name.encode()
+        path = b""
     return path
 
 

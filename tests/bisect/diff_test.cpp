@@ -752,6 +752,69 @@ TEST_CASE("an output one run did not fingerprint is no evidence of other bits: i
   }
 }
 
+TEST_CASE("set_ of a Storage brings bits in from outside the recording: never an origin; its first reader of other "
+          "bits is entered, and batches brought in in another order are no divergence") {
+  // A DataLoader's worker processes send batches that the main process
+  // rebuilds with aten::set_(Tensor, Storage, ...) as they arrive, and
+  // torch.load rebuilds tensors the same way. The Storage argument is
+  // recorded as text ("Storage"), so the two runs' set_ looked equal in every
+  // input with other outputs: the diff named it the origin (of two runs of one
+  // program whose batches arrived in another order, and before a real origin).
+  auto set_storage = [](Run& r, uint64_t storage, uint64_t fp) {
+    add_op(r, "aten::set_", {tensor("self", T{storage, 0, 0, {0}}, true), arg("source", ValueKind::kOther, "Storage")},
+           T{storage, 1, fp}, "");
+  };
+  TempDir dir;
+  {
+    // A checkpoint with other bits: the copy_ into the parameter reads them.
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      set_storage(*r, 1, r == &a ? 10 : 11);                                       // event 0
+      add_op(*r, "aten::copy_", {tensor("self", T{2, 0, 5}, true), tensor("src", T{1, 1, r == &a ? 10u : 11u})},
+             T{2, 1, r == &a ? 10u : 11u}, "");                                    // event 1
+    }
+    auto d = diff(a, b, dir);
+    CHECK(d.by_suspect_id["0"] == EventClass::kSame);
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->cls == EventClass::kEntered);
+    CHECK(d.report.first_divergent->op == "aten::copy_");
+    CHECK(d.report.first_divergent->entered_input == "src");
+    CHECK(d.report.first_divergent->producer_op == "aten::set_");
+    CHECK(d.report.first_divergent->brought_in);
+  }
+  {
+    // Two batches brought in in the other order; each reader sees the same bits.
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      const bool swapped = r == &b;
+      set_storage(*r, 1, swapped ? 200 : 100);
+      set_storage(*r, 2, swapped ? 100 : 200);
+      add_op(*r, "aten::relu", {tensor("self", T{swapped ? 2u : 1u, 1, 100})}, T{3, 0, 300}, "");
+      add_op(*r, "aten::relu", {tensor("self", T{swapped ? 1u : 2u, 1, 200})}, T{4, 0, 400}, "");
+    }
+    auto d = diff(a, b, dir);
+    CHECK_FALSE(d.report.first_divergent);
+    CHECK_FALSE(d.report.diverged);
+  }
+}
+
+TEST_CASE("a Python number (a wrapped 0-dim tensor) that differs is an argument: origin-args") {
+  // x * s with s a Python float the program changed: the dispatcher wraps s
+  // in a fresh tensor, which no event made; it was named entered, "changed
+  // outside the dispatcher".
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    const T x{1, 0, 10};
+    const T s{2, 0, r == &a ? 20u : 21u, {}, DType::kFloat64, 0, {}, fmts::kTensorWrappedNumber};
+    add_op(*r, "aten::mul", {tensor("self", x), tensor("other", s)}, T{3, 0, r == &a ? 30u : 31u}, "");
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  CHECK(d.report.first_divergent->cls == EventClass::kOriginArgs);
+  CHECK(d.report.first_divergent->op == "aten::mul");
+}
+
 TEST_CASE("an input one run did not fingerprint is compared with nothing: same where the outputs agree, never an "
           "origin where they do not") {
   TempDir dir;

@@ -346,6 +346,36 @@ TEST_CASE("bisect run on a program that runs attention under sdpa_kernel(MATH) a
   CHECK(r.out.find("the runs called it in other states: attention backends all | math") != std::string::npos);
 }
 
+TEST_CASE("bisect run refuses a re-recording that computed other bits than the recording (a variable of the "
+          "program's own), exit 65, instead of bisecting it") {
+  // The suspect turned oneDNN off because of an environment variable of its
+  // own, which no manifest holds: the re-recording ran with oneDNN on,
+  // computed the reference's bits, and bisect run said "the good and the bad
+  // config set the same knobs to the same values: nothing to bisect".
+  TempDir tmp;
+  std::ofstream(tmp / "own_env.py") << "import os, torch\n"
+                                        "if os.environ.get('OPGUARD_TEST_NO_ONEDNN') == '1':\n"
+                                        "    torch.backends.mkldnn.enabled = False\n"
+                                        "torch.manual_seed(0)\n"
+                                        "torch.set_num_threads(1)\n"
+                                        "m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), "
+                                        "torch.nn.Linear(64, 8))\n"
+                                        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                                        "x = torch.randn(32, 64)\n"
+                                        "for step in range(2):\n"
+                                        "    loss = m(x).pow(2).mean()\n"
+                                        "    opt.zero_grad()\n"
+                                        "    loss.backward()\n"
+                                        "    opt.step()\n";
+  record(tmp, tmp / "ref", {kPython, tmp / "own_env.py"});
+  record(tmp, tmp / "sus", {kPython, tmp / "own_env.py"}, {"OPGUARD_TEST_NO_ONEDNN=1"});
+  Result r = run({kOpguard, "bisect", "run", tmp / "ref", tmp / "sus", "-o", tmp / "out"}, tmp.path().string());
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 65);
+  CHECK(r.err.find("did not compute what") != std::string::npos);
+  CHECK(r.err.find("re-record it yourself with --dump-around") != std::string::npos);
+}
+
 TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exits 2, 65 or 74 with one line") {
   TempDir tmp;
   record(tmp, tmp / "a", {kTinyGpt, "--steps", "1", "--threads", "1"});
@@ -359,6 +389,14 @@ TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exi
   std::ofstream(tmp / "a-file") << "x";
   r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b", "-o", tmp / "a-file"}, tmp.path().string());
   CHECK(r.exit_code == 74);  // the output cannot be written there
+  // A directory with something in it: never written over (it wiped out/bundle,
+  // and a REF inside out/work was re-recorded over).
+  std::filesystem::create_directories(tmp / "full/bundle");
+  std::ofstream(tmp / "full/bundle/notes.txt") << "mine";
+  r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b", "-o", tmp / "full"}, tmp.path().string());
+  CHECK(r.exit_code == 74);
+  CHECK(r.err.find("is not empty") != std::string::npos);
+  CHECK(std::filesystem::exists(tmp / "full/bundle/notes.txt"));
   r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b", "-o", tmp / "out2", "--check-with", "/nonexistent/python"},
           tmp.path().string());
   CHECK(r.exit_code == 127);  // refused before the pipeline runs

@@ -225,6 +225,46 @@ TEST_CASE("the Python example with scaled_dot_product_attention in bfloat16, 2 v
   CHECK(manifest.info.at("ops_on_kernel_workers") != "0");
 }
 
+TEST_CASE("batches from DataLoader worker processes: the changed op is named, not the set_ that brings a batch in") {
+  // The main process rebuilds each batch a worker sends with aten::set_ of a
+  // Storage, in the order the batches arrive. The diff named such a set_ the
+  // origin (its Storage argument recorded as text, equal, its output not),
+  // before the op the suspect changed, and in runs that did not diverge.
+  TempDir tmp;
+  std::ofstream(tmp / "loader.py") << "import sys, torch\n"
+                                       "torch.manual_seed(0)\n"
+                                       "torch.set_num_threads(1)\n"
+                                       "scale = float(sys.argv[1])\n"
+                                       "class Data(torch.utils.data.Dataset):\n"
+                                       "    def __len__(self): return 64\n"
+                                       "    def __getitem__(self, i):\n"
+                                       "        g = torch.Generator().manual_seed(i)\n"
+                                       "        return torch.randn(16, generator=g), i % 4\n"
+                                       "m1, m2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)\n"
+                                       "opt = torch.optim.SGD([*m1.parameters(), *m2.parameters()], lr=0.1)\n"
+                                       "loader = torch.utils.data.DataLoader(Data(), batch_size=16, num_workers=2)\n"
+                                       "step = 0\n"
+                                       "for epoch in range(2):\n"
+                                       "    for x, y in loader:\n"
+                                       "        h = m1(x) * (scale if step == 2 else 1.0)\n"
+                                       "        loss = torch.nn.functional.cross_entropy(m2(torch.relu(h)), y)\n"
+                                       "        opt.zero_grad()\n"
+                                       "        loss.backward()\n"
+                                       "        opt.step()\n"
+                                       "        step += 1\n"
+                                       "print(loss.item())\n";
+  record(tmp, tmp / "ref", {kPython, tmp / "loader.py", "1.0"});
+  record(tmp, tmp / "sus", {kPython, tmp / "loader.py", "1.000001"});
+  int set_events = 0;
+  for (const auto& e : opguard::testing::events_of(tmp / "ref")) set_events += e.op == "aten::set_";
+  CHECK(set_events >= 8);  // a batch and its labels per step
+  const auto j = diff_json(tmp, tmp / "ref", tmp / "sus", 3);
+  REQUIRE(j["first_divergent"].is_object());
+  CHECK(j["first_divergent"]["op"] == "aten::mul");
+  CHECK(j["first_divergent"]["step"] == 2);
+  CHECK(j["first_divergent"]["class"] == "origin-args");  // the Python number, wrapped in a tensor
+}
+
 TEST_CASE("bits written without the dispatcher are entered where an op first reads them, not that op's origin") {
   // torch bumps a tensor's version for operators only: an optimizer that
   // updates the parameters through numpy (as a fused optimizer called without

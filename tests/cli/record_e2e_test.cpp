@@ -181,7 +181,9 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
   // range: inferred too, its tracing's FakeTensor writes are no update); an
   // Optimizer.step(closure) whose closure runs the forward and backward passes
   // (LBFGS, Lightning): the closure's forward ops are forward, its zero_grad's
-  // ops optimizer ops.
+  // ops optimizer ops. A program that calls torch.ops.opguard.step() after
+  // its Optimizer.step ends each step once (the range ended one more, and the
+  // steps were 0, 2, 4).
   TempDir tmp;
   const std::string source =
       "import sys, torch\n"
@@ -200,6 +202,11 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
       "else:\n"
       "    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
       "    step = torch.compile(opt.step, backend='eager') if mode == 'compiled' else opt.step\n"
+      "if mode == 'explicit':\n"
+      "    def step():\n"
+      "        opt.step()\n"
+      "        if hasattr(torch.ops.opguard, 'step'):  # recorded (the unrecorded run has no such op)\n"
+      "            torch.ops.opguard.step()\n"
       "if mode == 'closure':\n"
       "    def closure():\n"
       "        opt.zero_grad(set_to_none=False)\n"
@@ -214,7 +221,7 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
       "    if mode not in ('in_backward', 'closure'):\n"
       "        opt.zero_grad()\n";
   for (const auto& [mode, micro] : std::vector<std::pair<std::string, int>>{
-           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}, {"closure", 0}}) {
+           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}, {"closure", 0}, {"explicit", 1}}) {
     INFO("mode " << mode);
     const std::string out = tmp / ("rec_" + mode);
     record_unchanged(tmp, "steps.py", source, out, {mode, std::to_string(micro)});
@@ -228,6 +235,87 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
     CHECK(forward_linear == std::map<int64_t, int>{{0, linear}, {1, linear}, {2, linear}});
     if (mode == "closure") CHECK(zero_phases == std::set<fmts::Phase>{fmts::Phase::kOptimizer});
   }
+}
+
+TEST_CASE("the Python package records a program from inside: record(), step(), mark(), and a used directory refused") {
+  // python/opguard: torch.ops.opguard.* behind `with opguard.record(DIR)`,
+  // found on PYTHONPATH as the README says. A second start into the same
+  // directory printed a line on stderr and recorded nothing (the directory
+  // already held the rank's recording); it raises now.
+  TempDir tmp;
+  std::ofstream(tmp / "api.py") << "import sys, torch, opguard\n"
+                                    "torch.manual_seed(0)\n"
+                                    "torch.set_num_threads(1)\n"
+                                    "m = torch.nn.Linear(8, 8)\n"
+                                    "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                                    "with opguard.record(sys.argv[1]):\n"
+                                    "    assert opguard.active()\n"
+                                    "    for s in range(3):\n"
+                                    "        loss = m(torch.randn(4, 8)).pow(2).mean()\n"
+                                    "        opt.zero_grad()\n"
+                                    "        loss.backward()\n"
+                                    "        opt.step()\n"
+                                    "        opguard.step()\n"
+                                    "    opguard.mark(m.weight, 'final_weight')\n"
+                                    "assert not opguard.active()\n"
+                                    "try:\n"
+                                    "    opguard.start(sys.argv[1])\n"
+                                    "except RuntimeError as e:\n"
+                                    "    print('refused:', str(e).splitlines()[0])\n"
+                                    "else:\n"
+                                    "    sys.exit('a second recording into the same directory was not refused')\n";
+  const std::string out = tmp / "rec";
+  Result r = run({kPython, tmp / "api.py", out}, tmp.path().string(), {std::string("PYTHONPATH=") + OPGUARD_PYTHON_PACKAGE_DIR});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("refused: ") != std::string::npos);
+  CHECK(r.out.find("already holds a recording") != std::string::npos);
+  std::map<int64_t, int> linear;
+  int marks = 0;
+  for (const auto& e : events_of(out)) {
+    linear[e.step] += e.op == "aten::linear";
+    marks += e.op == "opguard::mark";
+  }
+  CHECK(linear == std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}, {3, 0}});
+  CHECK(marks == 1);
+  Result ls = run({kOpguard, "ls", out}, tmp.path().string());
+  CHECK(ls.exit_code == 0);
+  CHECK(ls.out.find("clean exit") != std::string::npos);
+}
+
+TEST_CASE("a Python module called on its own before its model gets its full scope once the model is called") {
+  // A probe of one block before training named it the outermost module (the
+  // empty path) and its layers "fc", "ln" for the whole run: the training's
+  // blocks.1 looked like another block.
+  TempDir tmp;
+  const std::string source =
+      "import torch\n"
+      "torch.manual_seed(0)\n"
+      "class Block(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.fc = torch.nn.Linear(16, 16)\n"
+      "    def forward(self, x):\n"
+      "        return x + self.fc(x)\n"
+      "class Model(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.blocks = torch.nn.ModuleList([Block(), Block()])\n"
+      "    def forward(self, x):\n"
+      "        for b in self.blocks:\n"
+      "            x = b(x)\n"
+      "        return x\n"
+      "m = Model()\n"
+      "x = torch.randn(8, 16)\n"
+      "with torch.no_grad():\n"
+      "    m.blocks[1](x)\n"
+      "m(x).sum().backward()\n";
+  const std::string out = tmp / "rec";
+  record_unchanged(tmp, "probe.py", source, out);
+  std::vector<std::string> linear_scopes;
+  for (const auto& e : events_of(out))
+    if (e.op == "aten::linear") linear_scopes.push_back(e.scope);
+  CHECK(linear_scopes == std::vector<std::string>{"fc", "blocks.0.fc", "blocks.1.fc"});
 }
 
 TEST_CASE("Python module scopes through the recorder's C calls equal those of RecordFunction ranges") {

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -37,7 +38,6 @@ const std::string kBuildDir = OPGUARD_BUILD_DIR;
 const std::string kGood = "cpu_capability=avx2";
 const std::string kBad = "cpu_capability=default";
 
-// The first aten::softmax of step 1 (dumped in full), read with h5py.
 // `opguard repro` of one event of `rec` into `bundle`, good threads=1 against
 // `bad`; returns the bundle's manifest.json.
 nlohmann::json write_bundle(const TempDir& tmp, const std::string& rec, const std::string& event,
@@ -50,14 +50,15 @@ nlohmann::json write_bundle(const TempDir& tmp, const std::string& rec, const st
   return nlohmann::json::parse(mf);
 }
 
-std::string softmax_event(const TempDir& tmp, const std::string& rec) {
+// The id of the first event of `op` in step 1 (dumped in full), read with h5py.
+std::string first_event(const TempDir& tmp, const std::string& rec, const std::string& op) {
   const std::string script =
       "import h5py,sys\n"
       "f=h5py.File(sys.argv[1]+'/rank0/step00000001.h5','r')\n"
       "blob,off=f['strings'][()].tobytes(),f['string_offsets'][()]\n"
       "ops=[blob[off[i]:off[i+1]].decode() for i in f['events/op'][:]]\n"
-      "print(int(f['events/id'][ops.index('aten::softmax')]))\n";
-  Result r = run({kPython, "-c", script, rec}, tmp.path().string());
+      "print(int(f['events/id'][ops.index(sys.argv[2])]))\n";
+  Result r = run({kPython, "-c", script, rec, op}, tmp.path().string());
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return r.out.substr(0, r.out.find('\n'));
@@ -82,7 +83,7 @@ struct Recording {
                    tmp.path().string());
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    event = softmax_event(tmp, rec);
+    event = first_event(tmp, rec, "aten::softmax");
   }
 };
 
@@ -310,6 +311,34 @@ TEST_CASE("a bundle of an op that ran with denormals flushed on the main thread 
   INFO(cpp.out << cpp.err);
   CHECK(cpp.exit_code == 0);
   CHECK(metric_lines(cpp.out) == metric_lines(py.out));
+}
+
+TEST_CASE("--slices outside a dimension, near 2^63, twice on one dimension, or on one of two dimensions of a size "
+          "alone is refused: exit 2, no bundle") {
+  // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+  // weight, bias, mask): the rows of grad_out, input, mean and rstd are one
+  // dimension of the op. A start near 2^63 passed the bounds check
+  // (start + length overflowed) and a cut of grad_out's rows alone passed
+  // the op's own checks; both bundles held bytes from outside the tensors.
+  auto& R = recording();
+  TempDir tmp;
+  const std::string event = first_event(tmp, R.rec, "aten::native_layer_norm_backward");
+  for (const char* slices : {"0:0:9223372036854775807:1", "0:0:18446744073709551615:1", "0:0:0:1",
+                             "0:0:0:1,0:0:0:1"}) {
+    INFO(slices);
+    const std::string bundle = tmp / "bundle";
+    Result w = run({kOpguard, "repro", R.rec, "--event", event, "--good", "threads=1", "--bad", "threads=2", "-o",
+                    bundle, "--slices", slices},
+                   tmp.path().string());
+    INFO(w.out << w.err);
+    CHECK(w.exit_code == 2);
+    CHECK(std::count(w.err.begin(), w.err.end(), '\n') == 1);
+    CHECK_FALSE(fs::exists(fs::path(bundle) / "manifest.json"));
+  }
+  Result alone = run({kOpguard, "repro", R.rec, "--event", event, "--good", "threads=1", "--bad", "threads=2", "-o",
+                      tmp / "alone", "--slices", "0:0:0:1"},
+                     tmp.path().string());
+  CHECK(alone.err.find("cut every dimension of that size alike") != std::string::npos);
 }
 
 TEST_CASE("identical good and bad configs: nothing to reproduce, exit 4, no bundle") {

@@ -45,5 +45,10 @@ expect("the preloaded run" "result bits ${linked_bits}")
 step("opguard ls (preloaded)" ${prefix}/bin/opguard ls ${tmp}/preloaded)
 expect("opguard ls (preloaded)" "events in 3 complete step")
 
+# The installed Python package finds the installed library.
+step("the installed Python package" ${CMAKE_COMMAND} -E env PYTHONPATH=${prefix}/share/opguard/python
+     ${PYTHON} -c "import opguard, torch\nopguard.load()\nprint('opguard ops', torch.ops.opguard.active())")
+expect("the installed Python package" "opguard ops False")
+
 message(STATUS "install test: consumer built against ${prefix}; linked and preloaded runs recorded, result bits ${linked_bits} in both")
 file(REMOVE_RECURSE ${tmp})

@@ -115,6 +115,10 @@ struct DivergentEvent {
   std::optional<std::string> producer_reference_id;  // the aligned event of the reference, if any
   std::string producer_op;
   int64_t producer_step = 0;
+  // The producer brought the bits in from an argument the recording does not
+  // hold (set_ of a Storage): data from outside the recording, not changed
+  // after it.
+  bool brought_in = false;
   // Evidence: full-tensor metrics where both runs hold the data; otherwise a
   // sentence saying what is missing and the command that re-records the window.
   std::vector<TensorEvidence> evidence;
