@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,6 +19,14 @@
 
 namespace opguard::cli {
 namespace {
+
+// Whether the process named by the rank directory's owner.pid still runs.
+bool recorder_running(const std::string& rank_dir) {
+  std::ifstream in(rank_dir + "/owner.pid");
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
 
 constexpr const char* kHelp = R"(List a recording: per rank, step and phase the number of events, distinct
 operators and bytes of full tensors; the manifest's numerics knobs; torn steps
@@ -91,7 +103,9 @@ int run_ls(const Options& o) {
     text += fmt::format("  torch {}  threads {}  cpu_capability {}  mkldnn {}  deterministic {}  default_dtype {}{}\n",
                         info("torch_version"), knob("threads"), info("cpu_capability"), knob("mkldnn_enabled"),
                         knob("deterministic_algorithms"), knob("default_dtype"), flush);
-    const std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
+    std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
+    if (const std::string sig = info("ended_by_signal", ""); !sig.empty())
+      clean = "ended by " + sig + " (the recording was finished first)";
     const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
     std::string taken = taken_at.empty() ? "" : "  fingerprints " + taken_at;
     if (!info("observe_only", "").empty()) taken += "  observe only (a benchmark: no events)";
@@ -144,10 +158,18 @@ int run_ls(const Options& o) {
       }
       jr["steps"].push_back(js);
     }
+    // A recording whose process is still running: its last step is being
+    // written, not torn (owner.pid names the process; a reused pid of a dead
+    // recorder reads as running too, which only changes these words).
+    const bool running = info("clean_exit") != "1" && recorder_running(rank.dir);
+    jr["recording_in_progress"] = running;
     jr["torn_steps"] = nlohmann::json::array();
     for (const auto& [step, path] : rank.torn) {
-      text += fmt::format("  {:>6}  torn: the process died during this step; its events were lost ({})\n", step,
-                          path);
+      if (running)
+        text += fmt::format("  {:>6}  being written: the recording process is still running ({})\n", step, path);
+      else
+        text += fmt::format("  {:>6}  torn: the process died during this step; its events were lost ({})\n", step,
+                            path);
       jr["torn_steps"].push_back({{"step", step}, {"file", path}});
     }
     jr["events"] = total_events;
@@ -163,6 +185,8 @@ int run_ls(const Options& o) {
       text += fmt::format("  incomplete: recording stopped at step {} because a write failed ({}); the run went on "
                           "unrecorded\n",
                           info("failed_step"), info("failure"));
+    } else if (running) {
+      text += "  in progress: the recording process is still running; these are the steps written so far\n";
     } else if (info("clean_exit") != "1") {
       text += "  incomplete: the process did not exit cleanly (killed?); steps after the last complete one are "
               "missing\n";

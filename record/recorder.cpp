@@ -22,6 +22,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/flat_hash_map.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@
 #include <regex>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unordered_map>
 #include <xxhash.h>
 
@@ -1569,9 +1571,63 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   }
 }
 
+// --- SIGTERM: finish the recording, then die of it ---------------------------
+// A cluster ends a job with SIGTERM (then SIGKILL after a grace period), and
+// its default action killed the process with the writer steps behind: the
+// recording lost every queued step. Where the program has no SIGTERM handler
+// of its own, the recorder's writes a byte to a pipe; a thread of the
+// recorder stops the recording (the queue drains, the manifest says where it
+// ended), restores the default action and raises the signal again. Training
+// goes on meanwhile. A program that installs its own handler replaces this
+// one, and ends through exit() and the recorder's exit handler.
+int g_term_pipe[2] = {-1, -1};
+std::atomic<int> g_term_signal{0};
+
+void on_term_signal(int sig) {
+  const int saved = errno;
+  g_term_signal.store(sig);
+  const char byte = 1;
+  if (::write(g_term_pipe[1], &byte, 1) < 0) {
+    // Nothing async-signal-safe to do: the default action is gone.
+  }
+  errno = saved;
+}
+
+void install_term_handler() {
+  struct sigaction old {};
+  if (::sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
+  std::thread([] {
+    char byte = 0;
+    while (::read(g_term_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    const int sig = g_term_signal.load();
+    try {
+      if (RecorderImpl* rec = g_recorder) {
+        std::lock_guard<std::mutex> lock(rec->manifest_mutex);
+        rec->manifest.info["ended_by_signal"] = "SIGTERM";
+      }
+      stop_recording();
+    } catch (...) {
+      // The signal's action below is what matters now.
+    }
+    ::signal(sig, SIG_DFL);
+    ::kill(::getpid(), sig);
+  }).detach();
+  struct sigaction act {};
+  act.sa_handler = on_term_signal;
+  ::sigemptyset(&act.sa_mask);
+  act.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &act, nullptr);
+}
+
 void on_fork_child() {
   g_in_forked_child.store(true);
   DeferredHashing::instance().forked();
+  // The child has no thread reading the pipe: SIGTERM must kill it as before
+  // (a DataLoader's workers are ended so).
+  struct sigaction now {};
+  if (::sigaction(SIGTERM, nullptr, &now) == 0 && now.sa_handler == on_term_signal) ::signal(SIGTERM, SIG_DFL);
 }
 
 }  // namespace
@@ -1673,7 +1729,9 @@ void RecorderImpl::write_manifest(ManifestState state) {
   manifest.info["sampling_policy"] = config.policy.to_string();
   manifest.info["queue"] = config.queue.to_string();
   manifest.info["strict"] = config.strict ? "1" : "0";
-  manifest.info["fingerprints"] = hasher ? "deferred" : "training_thread";
+  // From the config, not from `hasher`: the manifest is first written before
+  // the hashing thread exists, and a killed run keeps that first write.
+  manifest.info["fingerprints"] = config.defer_hashing ? "deferred" : "training_thread";
   if (config.test_observe_only) manifest.info["observe_only"] = "1";
   if (!config.command.empty()) manifest.info["record_command"] = config.command;
   if (!config.declared_knobs.empty()) manifest.info["declared_knobs"] = config.declared_knobs;
@@ -1739,6 +1797,8 @@ void start_recording(const RecorderConfig& config) {
   rec->start_time = iso_time_now();
   static std::once_flag fork_once;
   std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
+  static std::once_flag term_once;
+  std::call_once(term_once, install_term_handler);
   // A previous recorder of this process stays allocated (never freed): a
   // callback already running on another thread may still read it.
   if (config.defer_hashing) install_deferring_allocator();
@@ -1816,6 +1876,18 @@ extern "C" __attribute__((visibility("default"))) uint64_t opguard_push_scope(co
 
 extern "C" __attribute__((visibility("default"))) void opguard_pop_scope(uint64_t token) noexcept {
   opguard::record::pop_scope(token);
+}
+
+// Stops the recording (as at exit), for python/boot/sitecustomize.py's
+// Python exit handler: a Python program that dies of an uncaught
+// KeyboardInterrupt re-raises SIGINT after its own exit handlers, and C's
+// exit handlers, where the recording is otherwise finished, never run.
+extern "C" __attribute__((visibility("default"))) void opguard_stop_recording() noexcept {
+  try {
+    opguard::record::stop_recording();
+  } catch (...) {
+    // The recorder never takes the run down.
+  }
 }
 
 // torch.compile starts and ends compiling (torch._dynamo's compile callbacks:

@@ -27,11 +27,29 @@ def _install_hooks(torch_module=None):
         sys.stderr.write("opguard: module scopes are off: %s\n" % e)
 
 
+def _stop_recording():
+    # A program that dies of an uncaught KeyboardInterrupt (Ctrl-C) re-raises
+    # SIGINT after Python's exit handlers, so C's, where the recorder finishes
+    # the recording, never run. Registered first, this runs after the
+    # program's own exit handlers (a checkpoint saved there is recorded).
+    import ctypes
+
+    try:
+        stop = ctypes.CDLL(None).opguard_stop_recording  # the preloaded recorder
+    except (OSError, AttributeError):
+        return
+    stop.argtypes, stop.restype = [], None
+    stop()
+
+
 if os.environ.get("OPGUARD_OUT"):
     try:
+        import atexit
+
         from opguard import hooks
 
         hooks.after_import("torch", _install_hooks)  # opguard.hooks imports no torch
+        atexit.register(_stop_recording)
     except Exception as e:
         sys.stderr.write("opguard: module scopes are off: %s\n" % e)
 

@@ -29,6 +29,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "../support/process.h"
 #include "../support/recording_keys.h"
@@ -491,4 +492,93 @@ TEST_CASE("under opguard record a writer slower than the training meets the queu
                                                        << drop.peak_queued << " bytes, " << drop_dropped
                                                        << " full tensors dropped and counted, all " << drop_events
                                                        << " events kept; loss bits as unrecorded");
+}
+
+// --- SIGTERM, Ctrl-C, and a recording still being written --------------------
+
+namespace {
+
+// A training loop that runs until it is stopped and writes, after every
+// optimizer step, how many it finished to `count` (what it had done when the
+// signal came).
+const char* const kEndless =
+    "import sys, torch\n"
+    "torch.manual_seed(0)\n"
+    "torch.set_num_threads(1)\n"
+    "m = torch.nn.Linear(8, 8)\n"
+    "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+    "x = torch.randn(4, 8)\n"
+    "done = 0\n"
+    "while True:\n"
+    "    loss = m(x).pow(2).mean()\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+    "    done += 1\n"
+    "    with open(sys.argv[1], 'w') as f:\n"
+    "        f.write(str(done))\n";
+
+int64_t count_in(const std::string& path) {
+  for (int tries = 0; tries < 100; ++tries) {
+    const std::string text = read_file(path);
+    if (!text.empty()) return std::stoll(text);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // between truncate and write
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM and Ctrl-C end a recorded run with every step it finished recorded, however far behind the "
+          "writer was") {
+  // The default action of SIGTERM (what a cluster sends at a time limit or a
+  // preemption) killed the process with the writer hundreds of steps behind
+  // on small steps; an uncaught KeyboardInterrupt re-raises SIGINT after
+  // Python's exit handlers, so C's, which finish the recording, never ran.
+  // The writer is slowed here (0.5 ms an event) so that it is far behind.
+  TempDir tmp;
+  std::ofstream(tmp / "endless.py") << kEndless;
+  for (const auto& [sig, name, code] : {std::tuple<int, const char*, int>{SIGTERM, "SIGTERM", 143},
+                                        std::tuple<int, const char*, int>{SIGINT, "SIGINT", 130}}) {
+    INFO(std::string(name));
+    const std::string out = tmp / (std::string("rec_") + name);
+    const std::string count = tmp / (std::string("count_") + name);
+    Child c = spawn(record_cmd(out, {}, {kPython, tmp / "endless.py", count}), tmp.path().string(), name,
+                    {"OPGUARD_TEST_WRITER_DELAY_US=500"});
+    REQUIRE(wait_for_manifest(out, c.pid));
+    while (!fs::exists(count)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const int64_t finished = count_in(count);
+    const int64_t written_then = static_cast<int64_t>(fmts::scan_recording(out).ranks[0].steps.size());
+    ::kill(c.pid, sig);  // opguard record passes it on to the program
+    Result r = wait_child(c);
+    INFO(r.err);
+    CHECK(r.exit_code == code);
+    MESSAGE(std::string(name) << ": " << finished << " steps finished when it came, " << written_then << " written by then, "
+                 << contiguous_steps(out).size() << " in the recording");
+    CHECK(written_then < finished);  // the writer was behind: what the test is about
+    CHECK(static_cast<int64_t>(contiguous_steps(out).size()) >= finished);
+    const auto ls = ls_json(out, tmp.path().string());
+    CHECK(ls["torn_steps"].empty());
+    CHECK(info_of(out)["clean_exit"] == "1");
+    if (sig == SIGTERM) CHECK(info_of(out)["ended_by_signal"] == "SIGTERM");
+  }
+}
+
+TEST_CASE("ls of a recording still being written says so, and after a SIGKILL that the process died") {
+  TempDir tmp;
+  const std::string out = tmp / "live";
+  Child c = spawn(record_cmd(out, {}, tiny_cpp(100000)), tmp.path().string(), "live");
+  REQUIRE(wait_for_manifest(out, c.pid));
+  while (fmts::scan_recording(out).ranks[0].steps.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Result ls = run({kOpguard, "ls", out}, tmp.path().string());
+  CHECK(ls.out.find("in progress: the recording process is still running") != std::string::npos);
+  CHECK(ls.out.find("torn:") == std::string::npos);
+  CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == true);
+  ::kill(std::stoi(read_file(out + "/rank0/owner.pid")), SIGKILL);
+  wait_child(c);
+  ls = run({kOpguard, "ls", out}, tmp.path().string());
+  CHECK(ls.out.find("the process did not exit cleanly") != std::string::npos);
+  CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == false);
+  CHECK(info_of(out)["fingerprints"] == "deferred");  // the manifest written at open says so too
 }
