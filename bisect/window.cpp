@@ -168,18 +168,19 @@ WindowBisectResult bisect_window(const WindowBisectOptions& o) {
 }
 
 std::string window_text(const WindowBisectResult& r) {
-  std::string t = fmt::format("bisect window {} .. {} of {} ({} events), free-running\n", r.from, r.to, r.recording,
-                              r.window_events);
+  auto events = [](int64_t n) { return fmt::format("{} event{}", n, n == 1 ? "" : "s"); };
+  std::string t = fmt::format("bisect window {} .. {} of {} ({}), free-running\n", r.from, r.to, r.recording,
+                              events(r.window_events));
   t += fmt::format("  good  {}\n  bad   {}\n", r.good_config, r.bad_config);
   for (const auto& tr : r.trials)
-    t += fmt::format("  trial from {:>8} ({} events): {}{}  [{:.2f} s]\n", tr.start, tr.events,
+    t += fmt::format("  trial from {:>8} ({}): {}{}  [{:.2f} s]\n", tr.start, events(tr.events),
                      tr.diverges ? "end differs" : "end equal", tr.message.empty() ? "" : " (" + tr.message + ")",
                      tr.seconds);
   if (r.nothing_to_bisect) {
     t += fmt::format("nothing to bisect: event {} gives the same bits under good and bad\n", r.to);
     return t;
   }
-  t += fmt::format("smallest sub-window: {} .. {} ({} events), first op {} {}\n", r.start, r.to, r.sub_window_events,
+  t += fmt::format("smallest sub-window: {} .. {} ({}), first op {} {}\n", r.start, r.to, events(r.sub_window_events),
                    r.start, r.start_op);
   if (!r.first_differing.empty())
     t += fmt::format("first event whose bits differ in it: {} {}\n", r.first_differing, r.first_differing_op);

@@ -26,18 +26,59 @@ std::string executable_dir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-const CLI::Validator& at_least_one() {
-  static const CLI::Validator v(
-      [](std::string& text) -> std::string {
+namespace {
+
+// Integers from `least` up, refused with one line that says what is wanted.
+CLI::Validator integer_from(long long least, const std::string& wanted, const std::string& description) {
+  return CLI::Validator(
+      [least, wanted](std::string& text) -> std::string {
         char* end = nullptr;
         errno = 0;
         const long long n = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno != 0 || n < 1) return text + " is not a count of 1 or more";
+        if (text.empty() || *end != '\0' || errno != 0 || n < least) return text + " is not " + wanted;
         return "";
       },
-      "N>=1");
+      description);
+}
+
+}  // namespace
+
+const CLI::Validator& at_least_one() {
+  static const CLI::Validator v = integer_from(1, "a count of 1 or more", "N>=1");
   return v;
 }
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator v = integer_from(0, "a number of 0 or more", "N>=0");
+  return v;
+}
+
+namespace {
+
+// `opguard frobnicate` and `opguard bisect frob`: CLI11 says only "A
+// subcommand is required"; name the word and the verbs.
+void check_verbs(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  // Only where a verb is required: `opguard repro REC ...` takes a recording
+  // where `opguard repro check DIR` takes a verb.
+  for (int i = 1; i < argc && at->get_require_subcommand_min() > 0; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return;
+    const CLI::App* next = nullptr;
+    std::string verbs;
+    for (const CLI::App* sub : at->get_subcommands({})) {
+      if (sub->check_name(word)) next = sub;
+      verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (next == nullptr) {
+      const std::string where = at == &app ? "" : at->get_name() + " ";
+      throw UsageError(fmt::format("'{}{}' is not a verb: use one of {}", where, word, verbs));
+    }
+    at = next;
+  }
+}
+
+}  // namespace
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"opguard: record two training runs, find the first operator whose bits diverge"};
@@ -54,6 +95,7 @@ int run_cli(int argc, char** argv) {
   add_configs_command(app, result);
   add_bisect_command(app, result);
   try {
+    check_verbs(app, argc, argv);
     app.parse(argc, argv);
     return result.exit_code;
   } catch (const CLI::CallForHelp& e) {

@@ -83,15 +83,16 @@ void add_diff_command(CLI::App& app, VerbResult& result) {
   sub->footer(kHelp);
   sub->add_option("reference", o->reference, "Reference recording")->required();
   sub->add_option("suspect", o->suspect, "Suspect recording (not with --ranks)");
-  sub->add_option("--rank", o->rank, "Only this rank");
-  sub->add_option("--steps", o->steps, "Report only these steps: 3, 2:5, 3: or :5");
+  sub->add_option("--rank", o->rank, "Only this rank")->check(non_negative());
+  CLI::Option* steps = sub->add_option("--steps", o->steps, "Report only these steps: 3, 2:5, 3: or :5");
   sub->add_option("--max-origins", o->diff.max_origins, "Divergence sources listed (default 5)");
   sub->add_option("--trace", o->diff.trace_path, "Write a Chrome trace-event JSON file (Perfetto)");
   sub->add_option("--ranks", o->ranks, "Cross-rank mode: compare ranks A,B of one run");
   CLI::Option* json = sub->add_flag("--json", o->json, "Machine-readable report (schema opguard-diff/1, docs/DIFF.md)");
   sub->add_flag("--events", o->diff.list_events, "With --json: list every event and its class")->needs(json);
-  sub->callback([o, &result] {
+  sub->callback([o, steps, &result] {
     bisect::DiffOptions options = o->diff;
+    if (steps->count() > 0 && o->steps.empty()) throw UsageError("--steps is empty: give a step or a range such as 2:5");
     if (!o->steps.empty()) parse_steps(o->steps, options);
     if (o->rank >= 0) options.rank = o->rank;
     options.opguard_command = executable_dir() + "/opguard";

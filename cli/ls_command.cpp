@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
 #include "verbs.h"
 
@@ -62,6 +63,13 @@ uint64_t tensor_bytes(const formats::TensorMeta& m) {
 int run_ls(const Options& o) {
   const std::string& dir = o.dir;
   const formats::RecordingLayout layout = formats::scan_recording(dir);
+  if (o.step) {
+    bool any = false;
+    for (const auto& r : layout.ranks)
+      for (const auto& s : r.steps) any = any || s.first == *o.step;
+    if (!any)
+      throw UsageError(fmt::format("{} has no complete step {}: opguard ls {} lists its steps", dir, *o.step, dir));
+  }
   nlohmann::json out;
   out["recording"] = dir;
   out["ranks"] = nlohmann::json::array();
@@ -104,6 +112,7 @@ int run_ls(const Options& o) {
                         info("torch_version"), knob("threads"), info("cpu_capability"), knob("mkldnn_enabled"),
                         knob("deterministic_algorithms"), knob("default_dtype"), flush);
     std::string clean = info("clean_exit") == "1" ? "clean exit" : "did not exit cleanly";
+    if (info("recording_failed") == "1") clean = "recording failed";
     if (const std::string sig = info("ended_by_signal", ""); !sig.empty())
       clean = "ended by " + sig + " (the recording was finished first)";
     const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
@@ -182,9 +191,9 @@ int run_ls(const Options& o) {
       text += fmt::format("  {} events in {} complete step(s)\n", total_events, rank.steps.size());
     }
     if (info("recording_failed") == "1") {
-      text += fmt::format("  incomplete: recording stopped at step {} because a write failed ({}); the run went on "
-                          "unrecorded\n",
-                          info("failed_step"), info("failure"));
+      text += fmt::format("  incomplete: recording stopped at step {} because a write failed ({}); {}\n",
+                          info("failed_step"), info("failure"),
+                          info("strict") == "1" ? "--strict aborted the run" : "the run went on unrecorded");
     } else if (running) {
       text += "  in progress: the recording process is still running; these are the steps written so far\n";
     } else if (info("clean_exit") != "1") {
@@ -215,7 +224,7 @@ void add_ls_command(CLI::App& app, VerbResult& result) {
   sub->add_option("recording", o->dir, "Recording directory")->required();
   sub->add_flag("--json", o->json, "Machine-readable output");
   sub->add_flag("--events", o->events, "List every event: id, phase, operator, scope, autograd node");
-  sub->add_option("--step", o->step, "Only this step");
+  sub->add_option("--step", o->step, "Only this step")->check(non_negative());
   sub->callback([o, &result] { result.exit_code = run_ls(*o); });
 }
 

@@ -183,7 +183,11 @@ int run_many(const Options& o) {
                          "--dump-around ID\n", o.dir.c_str());
     return kExitFormat;
   }
-  return differs > 0 ? kExitDiverged : kExitOk;
+  if (differs > 0) return kExitDiverged;
+  // A window none of whose events could be replayed (its first event has no
+  // full inputs, say) is not a window that reproduces.
+  if (!o.all && reproduces == 0 && cannot > 0) return kExitFormat;
+  return kExitOk;
 }
 
 }  // namespace
@@ -202,9 +206,10 @@ void add_replay_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--rank", o->rank, "Rank (default 0)");
   sub->add_option("--config,-c", o->config, "Knobs set over the recorded config: k=v,... (opguard configs lists them)");
   sub->add_flag("--ignore-recorded-config", o->ignore_recorded, "Run under this process's settings plus --config only");
-  sub->add_option("--expect", o->expect, "Compare with this other recording's event instead of the replayed event's outputs");
-  sub->add_option("--expect-event", o->expect_event, "The event of --expect (default: the same id)");
-  sub->add_option("--expect-rank", o->expect_rank, "The rank of --expect (default 0)");
+  CLI::Option* expect =
+      sub->add_option("--expect", o->expect, "Compare with this other recording's event instead of the replayed event's outputs");
+  sub->add_option("--expect-event", o->expect_event, "The event of --expect (default: the same id)")->needs(expect);
+  sub->add_option("--expect-rank", o->expect_rank, "The rank of --expect (default 0)")->needs(expect);
   sub->add_flag("--json", o->json, "Machine-readable output");
   sub->add_flag("--verbose,-v", o->verbose, "--all, --window: print every event, not only those that do not reproduce");
   // The child side of a process-wide trial (see replay.h); not for users.

@@ -26,6 +26,7 @@ void add_bisect_window_subcommand(CLI::App& bisect, VerbResult& result);
 
 // An option's check: a whole number of at least 1 ("--window: 0 is not a count of 1 or more").
 const CLI::Validator& at_least_one();
+const CLI::Validator& non_negative();  // a rank, a step
 
 // The directory holding the running opguard executable.
 std::string executable_dir();

@@ -61,6 +61,9 @@ uint64_t parse_bytes(const std::string& text) {
   }
   const int64_t v = parse_int(digits, "byte count");
   if (v < 0) throw UsageError("byte count '" + text + "' is negative");
+  // 2^62 bytes and up wrapped around (18014398509481985K became 1024 bytes).
+  if (static_cast<uint64_t>(v) > (uint64_t{1} << 62) / scale)
+    throw UsageError("byte count '" + text + "' is too large: at most 4096P");
   return static_cast<uint64_t>(v) * scale;
 }
 

@@ -1201,8 +1201,11 @@ void init_thread(RecorderImpl& rec, ThreadState& ts) {
 // The one message a failed recording prints. The manifest is rewritten
 // (recording_failed, failure, failed_step) into the space set aside at open;
 // under --strict the process then exits with kStrictExitCode.
-void fail_once(RecorderImpl& rec, const std::string& what, int64_t step) {
+void fail_once(RecorderImpl& rec, const std::string& message, int64_t step) {
   if (rec.failed.exchange(true)) return;
+  // One line: HDF5's messages carry newlines ("time = ...\n, filename = ...").
+  std::string what = message;
+  std::replace(what.begin(), what.end(), '\n', ' ');
   const std::string at_step = step >= 0 ? " at step " + std::to_string(step) : "";
   if (rec.config.strict) {
     std::fprintf(stderr, "opguard: recording failed%s: %s; --strict was given: aborting the run (exit %d)\n",

@@ -109,7 +109,7 @@ std::string canonical_positive(const std::string& knob, const std::string& v) {
     used = 0;
   }
   if (used != v.size() || n < 1 || n > 4096)
-    throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use a positive integer");
+    throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use an integer from 1 to 4096");
   return std::to_string(n);
 }
 

@@ -203,12 +203,24 @@ TEST_CASE("bad command lines get usage and exit code 2") {
       {kOpguard, "replay", tmp / "good", "--event", "0", "--all"},
       {kOpguard, "bisect", "shrink", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "-5"},
       {kOpguard, "bisect", "config", tmp / "good", "--event", "0", "--bad", "threads=1", "--max-trials", "5"},
+      // Accepted and ignored before (a bug hunt's list).
+      {kOpguard, "bisect", "frob"},
+      {kOpguard, "diff", tmp / "good", tmp / "good", "--rank", "-7"},
+      {kOpguard, "diff", tmp / "good", tmp / "good", "--steps", ""},
+      {kOpguard, "ls", tmp / "good", "--step", "7"},
+      {kOpguard, "ls", tmp / "good", "--step", "-1"},
+      {kOpguard, "replay", tmp / "good", "--event", "0", "--expect-event", "0"},
+      {kOpguard, "replay", tmp / "good", "--event", "0", "--config", "threads=100000"},
+      {kOpguard, "record", "--out", tmp / "r", "--dump-budget", "18014398509481985K", "--", "/bin/true"},
+      {kOpguard, "record", "--out", tmp / "r", "--queue-bytes", "99999999999G", "--", "/bin/true"},
   };
   for (const auto& cmd : commands) {
     Result r = run(cmd, tmp.path().string());
     INFO((cmd.size() > 1 ? cmd[1] : std::string("(none)")) << ": exit " << r.exit_code << " " << r.err);
     CHECK(r.exit_code == 2);
   }
+  Result verb = run({kOpguard, "frobnicate"}, tmp.path().string());
+  CHECK(verb.err.find("'frobnicate' is not a verb: use one of record, ls") != std::string::npos);
 }
 
 TEST_CASE("--version names the recording format this build reads and writes") {

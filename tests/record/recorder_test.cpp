@@ -530,6 +530,13 @@ TEST_CASE("a bad sampling policy is refused before anything is recorded") {
   options.policy = "steps=banana";
   REQUIRE_THROWS_AS(opguard::Recorder::start(options), opguard::Error);
   REQUIRE_FALSE(opguard::Recorder::active());
+  // Byte counts that wrapped around 2^64 (a budget of 2^64 + 1024 was 1024).
+  options.policy = "all;budget=18014398509481985K";
+  REQUIRE_THROWS_AS(opguard::Recorder::start(options), opguard::UsageError);
+  options.policy = "all";
+  options.queue = "bytes=99999999999G";
+  REQUIRE_THROWS_AS(opguard::Recorder::start(options), opguard::UsageError);
+  REQUIRE_FALSE(opguard::Recorder::active());
 }
 
 // --- several threads at once ---------------------------------------------------
