@@ -208,9 +208,9 @@ struct RecorderImpl {
   std::atomic<int64_t> step{0};
   std::atomic<bool> explicit_steps{false};
   std::atomic<bool> optimizer_ranges{false};
-  // An Optimizer.step range ended the step: taken by the next event, or by
-  // the program's own step call right after it (opguard.step() after
-  // optimizer.step() ends one step, not two).
+  // An Optimizer.step range ended the step: taken by the next event that is
+  // not an optimizer op, or by the program's own step call right after it
+  // (opguard.step() after optimizer.step() ends one step, not two).
   std::atomic<bool> step_end_pending{false};
   // The inferred step boundary (docs/RECORD.md, "Steps"), for programs with
   // neither: since the last boundary a backward op ran and, after it, an op
@@ -1416,7 +1416,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   PendingEvent& pending = *ctx->pending;
   formats::Event& ev = pending.event;
   const Phase phase = current_phase(ts);
-  if (rec.step_end_pending.load(std::memory_order_relaxed) && rec.step_end_pending.exchange(false)) end_step();
+  // At the first event that is not an optimizer op: a program with two
+  // optimizers (one per parameter group) steps both, one step; zero_grad
+  // after the step stays in it.
+  if (phase != Phase::kOptimizer && rec.step_end_pending.load(std::memory_order_relaxed) &&
+      rec.step_end_pending.exchange(false))
+    end_step();
   if (infers_steps(rec)) {
     // Steps of programs that neither call mark_step() nor run PyTorch's
     // Optimizer.step: a forward op after a backward and an optimizer update

@@ -366,11 +366,31 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
   }
   if (!exec.note.empty()) r.message += (r.message.empty() ? "" : "; ") + exec.note;
   // A replay that differs where an uninitialised input's storage comes back as
-  // a fingerprinted output: the bits the op saw there were written where the
-  // recorder could not see them, so the difference says nothing about the op.
-  for (const auto& in : ev.inputs) {
+  // a fingerprinted output: if the op read the bits there, they were written
+  // where the recorder could not see them, and the difference says nothing
+  // about the op. An op that only overwrites them (normal_, fill_, zero_ of
+  // a fresh buffer) gives the same outputs whatever they were: run once more
+  // with the buffer filled otherwise to tell.
+  for (std::size_t i = 0; i < ev.inputs.size() && !sliced; ++i) {
+    const auto& in = ev.inputs[i];
     if (r.verdict != Verdict::kDiffers) break;
     if (in.kind != ValueKind::kTensor || !(in.tensor.flags & formats::kTensorUninitialized)) continue;
+    if (data[i] == nullptr && in.tensor.device == "cpu") {
+      formats::TensorData filled;
+      filled.dtype = in.tensor.dtype;
+      filled.sizes = in.tensor.sizes;
+      filled.bytes.assign(static_cast<std::size_t>(in.tensor.numel()) * dtype_size(in.tensor.dtype), 0x5a);
+      auto other_data = data;
+      other_data[i] = &filled;
+      auto plain = settings;
+      plain.capture_call = false;
+      const auto again = detail::execute(ev, other_data, plain);
+      bool same = again.reason == CannotReason::kNone && again.outputs.size() == exec.outputs.size();
+      for (std::size_t k = 0; same && k < again.outputs.size(); ++k)
+        same = again.outputs[k].bytes_valid && exec.outputs[k].bytes_valid &&
+               again.outputs[k].bytes == exec.outputs[k].bytes;
+      if (same) continue;  // the old bits were not read: the op's own difference
+    }
     for (const auto& out : ev.outputs) {
       if (out.kind != ValueKind::kTensor || !out.tensor.has_fingerprint()) continue;
       if (out.tensor.storage_id == 0 || out.tensor.storage_id != in.tensor.storage_id) continue;

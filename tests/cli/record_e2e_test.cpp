@@ -183,7 +183,8 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
   // (LBFGS, Lightning): the closure's forward ops are forward, its zero_grad's
   // ops optimizer ops. A program that calls torch.ops.opguard.step() after
   // its Optimizer.step ends each step once (the range ended one more, and the
-  // steps were 0, 2, 4).
+  // steps were 0, 2, 4). Two optimizers (one per parameter group) stepped one
+  // after the other: one step, not two.
   TempDir tmp;
   const std::string source =
       "import sys, torch\n"
@@ -202,6 +203,12 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
       "else:\n"
       "    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)\n"
       "    step = torch.compile(opt.step, backend='eager') if mode == 'compiled' else opt.step\n"
+      "if mode == 'two_optimizers':\n"
+      "    opts = [torch.optim.SGD(m[0].parameters(), lr=0.1), torch.optim.Adam(m[2].parameters(), lr=1e-3)]\n"
+      "    def step():\n"
+      "        for o in opts:\n"
+      "            o.step()\n"
+      "            o.zero_grad()\n"
       "if mode == 'explicit':\n"
       "    def step():\n"
       "        opt.step()\n"
@@ -218,10 +225,11 @@ TEST_CASE("a Python program's steps are its optimizer steps: gradient accumulati
       "    for i in range(micro):\n"
       "        m(torch.randn(8, 16)).pow(2).mean().backward()\n"
       "    step()\n"
-      "    if mode not in ('in_backward', 'closure'):\n"
+      "    if mode not in ('in_backward', 'closure', 'two_optimizers'):\n"
       "        opt.zero_grad()\n";
   for (const auto& [mode, micro] : std::vector<std::pair<std::string, int>>{
-           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}, {"closure", 0}, {"explicit", 1}}) {
+           {"ranges", 2}, {"in_backward", 1}, {"compiled", 2}, {"closure", 0}, {"explicit", 1},
+           {"two_optimizers", 1}}) {
     INFO("mode " << mode);
     const std::string out = tmp / ("rec_" + mode);
     record_unchanged(tmp, "steps.py", source, out, {mode, std::to_string(micro)});

@@ -532,6 +532,28 @@ TEST_CASE("denormals flushed on the main thread only, or on the intra-op workers
   CHECK_THROWS_AS(replay::Config::parse("flush_denormal=caller"), opguard::UsageError);
 }
 
+TEST_CASE("a random op that fills a fresh buffer differs under another config; it is not said to read bits written "
+          "outside the dispatcher") {
+  // normal_ of an empty() buffer: its input is recorded as uninitialised and
+  // its output is that storage. A replay that differs there was called
+  // cannot-replay (input-written-outside-dispatcher), as for an op that reads
+  // bits a kernel wrote without the dispatcher; normal_ reads none of them
+  // (replay now runs it once more with the buffer filled otherwise to tell).
+  TempDir tmp;
+  std::ofstream(tmp / "fill.py") << "import torch\n"
+                                     "g = torch.Generator().manual_seed(7)\n"
+                                     "x = torch.empty(64)\n"
+                                     "x.normal_(generator=g)\n";
+  const std::string dir = tmp / "fill";
+  record(tmp, dir, {"--dump-all"}, {kPython, tmp / "fill.py"});
+  const auto normal = by_op(replay::replay_all(dir, options())).at("aten::normal_");
+  INFO(normal.message);
+  CHECK(normal.verdict == replay::Verdict::kReproduces);
+  const auto as_double = replay::replay_event(dir, normal.event, options("dtype=fp64"));
+  INFO(as_double.message);
+  CHECK(as_double.verdict == replay::Verdict::kDiffers);
+}
+
 TEST_CASE("attention run under sdpa_kernel(MATH) is replayed with the math backend; sdpa_backend=all differs") {
   // sdpa_ops.py math: scaled_dot_product_attention inside
   // torch.nn.attention.sdpa_kernel(SDPBackend.MATH). The op picks its kernel
