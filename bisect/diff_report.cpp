@@ -144,8 +144,10 @@ std::string region_text(const DivergentEvent& d, const DiffReport& r) {
   t += fmt::format("    {} (event {}) input {}: {} | {}\n", g.consumer_op, g.consumer_id, g.consumer_input,
                    g.reference_bits, g.suspect_bits);
   if (g.reference_events == 1)
-    t += fmt::format("    replay the reference's op under the suspect's config: opguard replay {} --event {}\n",
-                     r.reference_dir, d.reference_id.value_or(""));
+    t += fmt::format("    replay the reference's op under the suspect's config: opguard replay {} --event {} --config "
+                     "KNOBS (the suspect's, declared ones such as tp=2 included), or let opguard bisect run {} {} "
+                     "-o DIR find them\n",
+                     r.reference_dir, d.reference_id.value_or(""), r.reference_dir, r.suspect_dir);
   return t;
 }
 
@@ -312,6 +314,8 @@ std::string report_text(const DiffReport& r) {
   if (!r.manifest_differences.empty()) {
     t += fmt::format("manifests differ in {} key(s) (reference | suspect):\n", r.manifest_differences.size());
     for (const auto& d : r.manifest_differences) t += manifest_difference_text(d);
+  } else if (r.ranks.empty()) {
+    t += "manifests not compared: no rank is in both runs\n";
   } else {
     t += "manifests agree (apart from times, pids and sizes)\n";
   }

@@ -183,7 +183,8 @@ RunResult bisect_run(const RunOptions& o) {
   std::string ref = o.reference, sus = o.suspect;
   std::string sus_event = *fd.suspect_id;
   if (!has_full_inputs(detail::load_event(ref, o.rank, result.event))) {
-    say(fmt::format("re-recording both runs around event {} with full tensors (--dump-around {}:{})", result.event,
+    say(fmt::format("re-recording {} around event {} with full tensors (--dump-around {}:{})",
+                    fd.region ? "the reference" : "both runs", result.event,
                     result.event, o.dump_radius));
     ref = rerecord(o.reference, o.rank, result.event, work, "reference", o);
     // A region's suspect bits are the fingerprint its reader saw: only the

@@ -113,6 +113,8 @@ replay::ReplayOptions library_options(const Options& o) {
 
 int run_one(const Options& o) {
   const auto options = library_options(o);
+  // Here, not in a trial's child process, whose failure reads "child-failed".
+  if (!o.expect.empty()) formats::scan_recording(o.expect);
   const auto r = replay::replay_event(o.dir, o.event, options);
   if (o.json) {
     std::printf("%s\n", replay::to_json({r}).c_str());

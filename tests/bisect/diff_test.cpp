@@ -1268,6 +1268,20 @@ TEST_CASE("a directory that is not a recording and a rank neither run has are cl
   CHECK_THROWS_AS(bisect::diff_recordings(dir / "ref", dir / "ref", o), UsageError);
   CHECK_THROWS_AS(bisect::diff_ranks(dir / "ref", 0, 0, {}), UsageError);
   CHECK_THROWS_AS(bisect::diff_ranks(dir / "ref", 0, 1, {}), UsageError);
+  // A rank only the reference has: not compared, a divergence, and no claim
+  // that the manifests agree (there was no pair of them to compare).
+  Run a1(1, 2);
+  Sim s1(a1);
+  s1.call("aten::exp", {s1.outside(1)});
+  a1.write(dir / "ref");
+  Run b;
+  Sim sb(b);
+  sb.call("aten::exp", {sb.outside(1)});
+  b.write(dir / "sus");
+  o.rank = 1;
+  const auto only = bisect::diff_recordings(dir / "ref", dir / "sus", o);
+  CHECK(only.diverged);
+  CHECK(bisect::report_text(only).find("manifests not compared: no rank is in both runs") != std::string::npos);
 }
 
 TEST_CASE("a step only one run has is reported and counts as a divergence") {

@@ -221,6 +221,12 @@ TEST_CASE("bad command lines get usage and exit code 2") {
   }
   Result verb = run({kOpguard, "frobnicate"}, tmp.path().string());
   CHECK(verb.err.find("'frobnicate' is not a verb: use one of record, ls") != std::string::npos);
+  // Refused before any trial (a child process's failure read "child-failed").
+  Result expect = run({kOpguard, "replay", tmp / "good", "--event", "0", "--expect", tmp / "nothing"},
+                      tmp.path().string());
+  CHECK(expect.exit_code == 65);
+  CHECK(expect.out.empty());
+  CHECK(expect.err.find("is not an opguard recording") != std::string::npos);
 }
 
 TEST_CASE("--version names the recording format this build reads and writes") {
