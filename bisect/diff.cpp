@@ -417,8 +417,10 @@ struct PairComparison {
   bool tensor_input_differs = false;
   bool argument_differs = false;  // a non-tensor argument or a generator state
   bool outputs_differ = false;
-  // An input of kind other (set_'s Storage, a custom class object): compared
-  // as its text, which does not show what it holds.
+  // A Storage argument (set_'s source): recorded as the text "Storage", which
+  // does not show the bits it holds. (Other objects of kind other, a
+  // quantized op's packed weights, stay compared as text: naming their
+  // readers instead would be worse where the op itself differs.)
   bool opaque_input = false;
 };
 
@@ -445,7 +447,8 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
       continue;
     }
     if (B.kind(b_in + k) == ValueKind::kTensor && is_write_only(B, b, b_in + k, pool)) continue;
-    c.opaque_input = c.opaque_input || B.kind(b_in + k) == ValueKind::kOther;
+    c.opaque_input = c.opaque_input ||
+                     (B.kind(b_in + k) == ValueKind::kOther && B.c->string(B.c->values.text[b_in + k]) == "Storage");
     if (values_equal(A, a_in + k, B, b_in + k)) continue;
     const bool tensors = A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor;
     if (tensors && values_equal(A, a_in + k, B, b_in + k, true)) {
