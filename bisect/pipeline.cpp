@@ -44,9 +44,6 @@ formats::Manifest manifest_of(const std::string& dir, int rank) {
   throw UsageError(fmt::format("{} has no rank {}: opguard ls lists its ranks", dir, rank));
 }
 
-// Runs the manifest's record command with --dump-around into
-// `work/<name>-around-ID`; returns that directory. Its output goes to a log
-// beside it, named in the error when it fails.
 // The re-recording must have computed what the recording holds: event
 // `event`'s fingerprints equal in both. A program that read something of its
 // own that the manifest does not hold (an environment variable, an input
@@ -76,6 +73,9 @@ void require_same_bits(const std::string& recording, const std::string& rerecord
   compare(was.outputs, now.outputs, "output");
 }
 
+// Runs the manifest's record command with --dump-around into
+// `work/<name>-around-ID`; returns that directory. Its output goes to a log
+// beside it, named in the error when it fails.
 std::string rerecord(const std::string& recording, int rank, const std::string& event, const fs::path& work,
                      const std::string& name, const RunOptions& o) {
   const auto m = manifest_of(recording, rank);

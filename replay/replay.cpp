@@ -371,7 +371,7 @@ ReplayResult run_here(const Event& ev, const StepReader& reader, const Event& ex
   // about the op. An op that only overwrites them (normal_, fill_, zero_ of
   // a fresh buffer) gives the same outputs whatever they were: run once more
   // with the buffer filled otherwise to tell.
-  for (std::size_t i = 0; i < ev.inputs.size() && !sliced; ++i) {
+  for (std::size_t i = 0; i < ev.inputs.size(); ++i) {
     const auto& in = ev.inputs[i];
     if (r.verdict != Verdict::kDiffers) break;
     if (in.kind != ValueKind::kTensor || !(in.tensor.flags & formats::kTensorUninitialized)) continue;
