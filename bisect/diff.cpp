@@ -229,6 +229,33 @@ bool is_write_only(const StepEvents& s, std::size_t event, std::size_t r, const 
   return s.c->string(s.c->values.name[r]) == "out" || overload == "out" || ends_with(overload, "_out");
 }
 
+// Whether an argument of the event is a Storage (set_'s source): recorded as
+// the text "Storage", it does not show the bits it brings in.
+bool has_storage_input(const StepEvents& s, std::size_t event) {
+  for (std::size_t r = s.first_input(event); r < s.first_output(event); ++r)
+    if (s.kind(r) == ValueKind::kOther && s.c->string(s.c->values.text[r]) == "Storage") return true;
+  return false;
+}
+
+// An event that only brings data in from outside the recording: a set_ of a
+// Storage, or the zero-element empty() it is given (how a DataLoader's main
+// process rebuilds a batch its worker processes sent, when the batch arrives).
+// Batches arrive in a timing-dependent order, so such an event may be in one
+// run only at its place: not a divergence in structure (its readers are
+// compared as any other).
+bool brings_data_in(const StepEvents& s, std::size_t event, const StringPool& pool) {
+  if (has_storage_input(s, event)) return true;
+  if (std::string_view(pool[s.op(event)]).rfind("aten::empty", 0) != 0) return false;
+  for (std::size_t r = s.first_output(event); r < s.end(event); ++r) {
+    if (s.kind(r) != ValueKind::kTensor) return false;
+    const int64_t* sizes = s.sizes(r);
+    bool zero = false;
+    for (uint8_t d = 0; d < s.c->values.ndim[r]; ++d) zero = zero || sizes[d] == 0;
+    if (!zero) return false;
+  }
+  return s.first_output(event) < s.end(event);
+}
+
 // The alignment signature (DESIGN.md, Rule 3): op, overload, scope, autograd
 // node and the structure of every value (kind; dtype and shape of tensors), never their bits
 // or non-tensor values, so that a changed argument still aligns. Names enter
@@ -888,6 +915,9 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
   if (a >= 0) fe.reference_id = re.c->events.id[a];
   fe.step = ev.step[b];
   fe.op = op;
+  // One run only: its bits are the other run's nowhere, and where they came
+  // from a Storage, their readers are entered, not fed by a region.
+  if (a < 0) fe.brings_outside = has_storage_input(se, b);
   rs.events.push_back(fe);
 
   const std::size_t in_begin = se.first_input(b), out_begin = se.first_output(b), end = se.end(b);
@@ -1026,6 +1056,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
     ++sum.not_compared;
     return;
   }
+  if (unmatched && brings_data_in(se, b, pool_)) {
+    ++sum.unmatched_data_in;
+    return;
+  }
   ++sum.counts[static_cast<int>(cls)];
   if (unmatched) ++sum.unmatched_suspect;
   if (unmatched) {
@@ -1152,6 +1186,10 @@ void Engine::diff_step(RankState& rs, int64_t step, const LoadedStep& ref_step, 
                                 formats::event_id_string(re.c->events.id[i]), std::nullopt, EventClass::kUnmatched,
                                 true});
     auto& sum = *sums[static_cast<int>(phase)];
+    if (brings_data_in(re, i, pool_)) {
+      ++sum.unmatched_data_in;
+      continue;
+    }
     ++sum.counts[static_cast<int>(EventClass::kUnmatched)];
     ++sum.unmatched_reference;
     if (!rs.first_unmatched) {
@@ -1262,11 +1300,18 @@ void Engine::finish() {
     for (int c = 0; c < kNumEventClasses; ++c) t.counts[c] += s.counts[c];
     t.unmatched_reference += s.unmatched_reference;
     t.unmatched_suspect += s.unmatched_suspect;
+    t.unmatched_data_in += s.unmatched_data_in;
     t.not_compared += s.not_compared;
     report_.summary.push_back(s);
   }
   for (int c = 0; c < kNumEventClasses; ++c)
     if (c != static_cast<int>(EventClass::kSame) && t.counts[c] > 0) report_.diverged = true;
+  if (t.unmatched_data_in > 0)
+    report_.notes.push_back(fmt::format(
+        "{} event(s) that bring data in from outside the recording (set_ of a Storage, the empty tensor it "
+        "fills: a DataLoader's batches, rebuilt as they arrive) are in one run only at their place; not counted "
+        "as a divergence: what reads their bits is compared",
+        t.unmatched_data_in));
   if (trace_) {
     trace_->write(options_.trace_path, report_);
     report_.trace_path = options_.trace_path;

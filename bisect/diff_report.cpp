@@ -108,7 +108,8 @@ json summary_json(const PhaseSummary& s) {
           {"counts", counts},
           {"unmatched_reference", s.unmatched_reference},
           {"unmatched_suspect", s.unmatched_suspect},
-          {"not_compared", s.not_compared}};
+          {"not_compared", s.not_compared},
+          {"unmatched_data_in", s.unmatched_data_in}};
 }
 
 std::string value_label(bool output, int position, const std::string& name) {

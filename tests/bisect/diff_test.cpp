@@ -796,6 +796,40 @@ TEST_CASE("set_ of a Storage brings bits in from outside the recording: never an
     CHECK_FALSE(d.report.first_divergent);
     CHECK_FALSE(d.report.diverged);
   }
+  {
+    // A batch brought in here by one run only (it arrived earlier than in the
+    // other): its empty(0) and set_ are no divergence in structure, and
+    // nothing read it.
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      if (r == &b) {
+        add_op(*r, "aten::empty", {arg("size", ValueKind::kIntList, "[0]")}, T{9, 0, 0, {0}}, "");
+        set_storage(*r, 9, 555);
+      }
+      set_storage(*r, 1, 100);
+      add_op(*r, "aten::relu", {tensor("self", T{1, 1, 100})}, T{3, 0, 300}, "");
+    }
+    auto d = diff(a, b, dir);
+    CHECK_FALSE(d.report.diverged);
+    CHECK(d.report.totals.unmatched_data_in == 2);
+    CHECK(d.report.totals.counts[static_cast<int>(EventClass::kUnmatched)] == 0);
+  }
+  {
+    // ... and where a reader reads it, with other bits than the other run's
+    // reader read, that reader is entered (not fed by a region of one run).
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      set_storage(*r, 1, 100);
+      if (r == &b) set_storage(*r, 9, 555);
+      const T read = r == &b ? T{9, 1, 555} : T{1, 1, 100};
+      add_op(*r, "aten::relu", {tensor("self", read)}, T{3, 0, r == &b ? 301u : 300u}, "");
+    }
+    auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    CHECK(d.report.first_divergent->op == "aten::relu");
+    CHECK(d.report.first_divergent->cls == EventClass::kEntered);
+    CHECK(d.report.first_divergent->brought_in);
+  }
 }
 
 TEST_CASE("a Python number (a wrapped 0-dim tensor) that differs is an argument: origin-args") {

@@ -146,6 +146,10 @@ struct PhaseSummary {
   int64_t unmatched_reference = 0;
   int64_t unmatched_suspect = 0;
   int64_t not_compared = 0;  // cross-rank mode: events whose outputs need not be replicated
+  // Events of one run only that bring data in from outside (a DataLoader's
+  // set_ of a Storage and the empty tensor it fills): not counted as
+  // unmatched, since batches arrive in a timing-dependent order.
+  int64_t unmatched_data_in = 0;
 };
 
 struct ManifestDifference {
