@@ -230,7 +230,9 @@ bool is_write_only(const StepEvents& s, std::size_t event, std::size_t r, const 
 }
 
 // Whether an argument of the event is a Storage (set_'s source): recorded as
-// the text "Storage", it does not show the bits it brings in.
+// the text "Storage", it does not show the bits it brings in. (Other objects
+// of kind other, a quantized op's packed weights, stay compared as text:
+// naming their readers instead would be worse where the op itself differs.)
 bool has_storage_input(const StepEvents& s, std::size_t event) {
   for (std::size_t r = s.first_input(event); r < s.first_output(event); ++r)
     if (s.kind(r) == ValueKind::kOther && s.c->string(s.c->values.text[r]) == "Storage") return true;
@@ -356,8 +358,8 @@ struct FlowEvent {
   int64_t step = 0;
   int32_t op = 0;    // StringPool id
   int32_t gap = -1;  // unmatched events: their gap (RankState::gaps)
-  // Its outputs' bits came from an argument the recording does not hold
-  // (PairComparison::opaque_input) and differ: data from outside the recording.
+  // Its outputs' bits came from a Storage argument, which the recording does
+  // not hold (has_storage_input), and differ: data from outside the recording.
   bool brings_outside = false;
 };
 
@@ -444,11 +446,6 @@ struct PairComparison {
   bool tensor_input_differs = false;
   bool argument_differs = false;  // a non-tensor argument or a generator state
   bool outputs_differ = false;
-  // A Storage argument (set_'s source): recorded as the text "Storage", which
-  // does not show the bits it holds. (Other objects of kind other, a
-  // quantized op's packed weights, stay compared as text: naming their
-  // readers instead would be worse where the op itself differs.)
-  bool opaque_input = false;
 };
 
 void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::size_t b, const StringPool& pool,
@@ -459,7 +456,7 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
   const std::size_t b_out = B.first_output(b), b_n_out = B.end(b) - b_out;
   c.input_differs.assign(b_n_in, 0);
   c.output_differs.assign(b_n_out, 0);
-  c.tensor_input_differs = c.argument_differs = c.outputs_differ = c.opaque_input = false;
+  c.tensor_input_differs = c.argument_differs = c.outputs_differ = false;
   // A tensor one run did not fingerprint is no evidence that its bits differ:
   // one written without the dispatcher before the hashing thread got to it
   // (torch.compile's kernels fill what an out= op returned, and reuse the
@@ -474,8 +471,6 @@ void compare_pair(const StepEvents& A, std::size_t a, const StepEvents& B, std::
       continue;
     }
     if (B.kind(b_in + k) == ValueKind::kTensor && is_write_only(B, b, b_in + k, pool)) continue;
-    c.opaque_input = c.opaque_input ||
-                     (B.kind(b_in + k) == ValueKind::kOther && B.c->string(B.c->values.text[b_in + k]) == "Storage");
     if (values_equal(A, a_in + k, B, b_in + k)) continue;
     const bool tensors = A.kind(a_in + k) == ValueKind::kTensor && B.kind(b_in + k) == ValueKind::kTensor;
     if (tensors && values_equal(A, a_in + k, B, b_in + k, true)) {
@@ -982,7 +977,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       }
     } else if (cmp.argument_differs) {
       cls = EventClass::kOriginArgs;
-    } else if (cmp.outputs_differ && cmp.opaque_input) {
+    } else if (cmp.outputs_differ && has_storage_input(se, b)) {
       // set_ of a Storage (the batches a DataLoader's worker processes send,
       // in the order they arrive; torch.load): the outputs' bits come from
       // an argument the recording does not hold. No evidence that the op

@@ -665,7 +665,6 @@ std::vector<std::string> env_of(const std::vector<std::pair<std::string, std::st
   return env;
 }
 
-// Sets the in-process knobs; returns the dtype floating inputs are cast to.
 // Flushes denormals (FTZ and DAZ) on the threads `value` names: on (all), off,
 // main (the thread that calls the op) or workers (libtorch's intra-op
 // threads). setFlushDenormal sets the calling thread's only, and an intra-op
@@ -679,14 +678,16 @@ void set_flush_denormal(const std::string& value) {
   ctx.setFlushDenormal(value == "on" || value == "main");
 }
 
+// Sets the in-process knobs; returns the dtype floating inputs are cast to.
 std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::string, std::string>>& config) {
   std::optional<at::ScalarType> cast;
+  std::optional<std::string> flush;
   auto& ctx = at::globalContext();
   for (const auto& [knob, value] : config) {
     if (knob == "threads") at::set_num_threads(std::stoi(value));
     else if (knob == "mkldnn") ctx.setUserEnabledMkldnn(value == "on");
     else if (knob == "deterministic") ctx.setDeterministicAlgorithms(value == "on", false);
-    else if (knob == "flush_denormal") continue;  // after the thread count: set_flush_denormal below
+    else if (knob == "flush_denormal") flush = value;  // after the thread count: set_flush_denormal below
     else if (knob == "float32_matmul_precision") ctx.setFloat32MatmulPrecision(value);
     else if (knob == "dtype") cast = scalar_type(value);
     else if (knob == "device") {
@@ -705,8 +706,7 @@ std::optional<at::ScalarType> apply_in_process(const std::vector<std::pair<std::
       fail("knob " + knob + " is not one this reproducer can set");
     }
   }
-  for (const auto& [knob, value] : config)
-    if (knob == "flush_denormal") set_flush_denormal(value);
+  if (flush) set_flush_denormal(*flush);
   return cast;
 }
 

@@ -94,10 +94,11 @@ std::vector<KnobInfo> make_table() {
   return t;
 }
 
-std::string canonical_bool(const std::string& knob, const std::string& v) {
+// `values`: what the error says to use (a knob with values beyond on and off).
+std::string canonical_bool(const std::string& knob, const std::string& v, const char* values = "on or off") {
   if (v == "on" || v == "1" || v == "true" || v == "yes") return "on";
   if (v == "off" || v == "0" || v == "false" || v == "no") return "off";
-  throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use on or off");
+  throw UsageError(knob + "=" + v + " is not a value of " + knob + ": use " + values);
 }
 
 std::string canonical_positive(const std::string& knob, const std::string& v) {
@@ -165,15 +166,9 @@ std::string canonical_value(const std::string& knob, const std::string& v) {
     if (v == "sequential" || v == "ring" || v == "tree") return v;
     throw UsageError("reduce=" + v + " is not a value of reduce: use sequential, ring or tree");
   }
-  if (knob == "flush_denormal" && (v == "main" || v == "workers")) return v;
   if (knob == "mkldnn" || knob == "deterministic") return canonical_bool(knob, v);
-  if (knob == "flush_denormal") {
-    try {
-      return canonical_bool(knob, v);
-    } catch (const UsageError&) {
-      throw UsageError("flush_denormal=" + v + " is not a value of flush_denormal: use on, off, main or workers");
-    }
-  }
+  if (knob == "flush_denormal")
+    return v == "main" || v == "workers" ? v : canonical_bool(knob, v, "on, off, main or workers");
   if (knob == "sdpa_backend") {
     if (auto b = formats::parse_sdp(v)) return formats::sdp_text(*b);
     throw UsageError("sdpa_backend=" + v + " is not a value of sdpa_backend: use all, none, or math, flash, "
