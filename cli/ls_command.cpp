@@ -3,12 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -20,14 +16,6 @@
 
 namespace opguard::cli {
 namespace {
-
-// Whether the process named by the rank directory's owner.pid still runs.
-bool recorder_running(const std::string& rank_dir) {
-  std::ifstream in(rank_dir + "/owner.pid");
-  long pid = 0;
-  if (!(in >> pid) || pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
 
 constexpr const char* kHelp = R"(List a recording: per rank, step and phase the number of events, distinct
 operators and bytes of full tensors; the manifest's numerics knobs; torn steps
@@ -168,9 +156,8 @@ int run_ls(const Options& o) {
       jr["steps"].push_back(js);
     }
     // A recording whose process is still running: its last step is being
-    // written, not torn (owner.pid names the process; a reused pid of a dead
-    // recorder reads as running too, which only changes these words).
-    const bool running = info("clean_exit") != "1" && recorder_running(rank.dir);
+    // written, not torn.
+    const bool running = info("clean_exit") != "1" && formats::owner_running(rank.dir);
     jr["recording_in_progress"] = running;
     jr["torn_steps"] = nlohmann::json::array();
     for (const auto& [step, path] : rank.torn) {

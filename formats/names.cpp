@@ -1,11 +1,17 @@
 // The small naming functions of recording.h: phases, value kinds, event ids,
-// file names, element counts.
+// file names, element counts, the owner of a rank directory.
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "opguard/core/error.h"
 #include "opguard/formats/recording.h"
@@ -204,6 +210,41 @@ std::string step_file_name(int64_t step) {
 
 std::string rank_dir(const std::string& recording_dir, int rank) {
   return (std::filesystem::path(recording_dir) / ("rank" + std::to_string(rank))).string();
+}
+
+namespace {
+
+// Field 22 of /proc/PID/stat (starttime), counted after the command name's
+// closing parenthesis, as the name may hold spaces and parentheses.
+std::optional<uint64_t> process_start_time(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(fields >> field)) return std::nullopt;
+  return parse_digits(field);
+}
+
+}  // namespace
+
+std::string owner_line() {
+  const long pid = static_cast<long>(::getpid());
+  const auto start = process_start_time(pid);
+  return std::to_string(pid) + (start ? " " + std::to_string(*start) : "") + "\n";
+}
+
+bool owner_running(const std::string& rank_dir) {
+  std::ifstream in(rank_dir + "/owner.pid");
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  uint64_t recorded_start = 0;
+  if (!(in >> recorded_start)) return true;  // the pid alone
+  const auto start = process_start_time(pid);
+  return !start || *start == recorded_start;
 }
 
 }  // namespace opguard::formats

@@ -1660,7 +1660,7 @@ void RecorderImpl::open_recording() {
       opened.store(true);
       return;
     }
-    const std::string pid = std::to_string(getpid()) + "\n";
+    const std::string pid = formats::owner_line();
     if (::write(fd, pid.data(), pid.size()) < 0) {
       // The lock file's content is informational only.
     }

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -581,4 +582,16 @@ TEST_CASE("ls of a recording still being written says so, and after a SIGKILL th
   CHECK(ls.out.find("the process did not exit cleanly") != std::string::npos);
   CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == false);
   CHECK(info_of(out)["fingerprints"] == "deferred");  // the manifest written at open says so too
+
+  // The dead recorder's pid given to another process since (this test's, with
+  // another start time) is not the recorder; the same pid and start time is.
+  const std::string owner = out + "/rank0/owner.pid";
+  const std::string self = fmts::owner_line();
+  REQUIRE(self.find(' ') != std::string::npos);
+  std::ofstream(owner, std::ios::trunc) << ::getpid() << " 1\n";
+  CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == false);
+  std::ofstream(owner, std::ios::trunc) << self;
+  CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == true);
+  std::ofstream(owner, std::ios::trunc) << ::getpid() << "\n";  // the pid alone: an older recorder's file
+  CHECK(ls_json(out, tmp.path().string())["recording_in_progress"] == true);
 }

@@ -410,4 +410,13 @@ RecordingLayout scan_recording(const std::string& dir);
 std::string rank_dir(const std::string& recording_dir, int rank);
 std::string step_file_name(int64_t step);  // "step00000012.h5"
 
+// rank<R>/owner.pid (docs/FORMAT.md, "Directory"): the line the recording
+// process writes ("PID START": its pid and its start time in clock ticks after
+// boot, field 22 of /proc/PID/stat), and whether the process a rank directory's
+// owner.pid names still runs. A pid reused by another process since does not
+// count (its start time differs); a file of the pid alone (written before the
+// start time was) counts if any process has that pid.
+std::string owner_line();
+bool owner_running(const std::string& rank_dir);
+
 }  // namespace opguard::formats
