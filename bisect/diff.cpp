@@ -835,7 +835,9 @@ void Engine::add_evidence(DivergentEvent& d, const StepReader* ref, const StepRe
                                                                                   : "the suspect does not hold";
     if (d.evidence_note.empty())
       d.evidence_note = fmt::format("only fingerprints: {} the full tensors of this event; re-record the window "
-                                    "around it with the command below (in both runs) for element-wise metrics",
+                                    "around it with the command below (in both runs) for element-wise metrics; it sets "
+                                    "the environment variables that change numerics as the run had them, and no "
+                                    "other: add the program's own (the recording does not hold them)",
                                     missing);
     return;
   }

@@ -129,7 +129,10 @@ int run_one(const Options& o) {
       std::fprintf(stderr, "opguard: %s holds only fingerprints for this event and its manifest has no record "
                            "command: re-record the program with --dump-around %s\n", o.dir.c_str(), r.event.c_str());
     else
-      std::fprintf(stderr, "opguard: re-record this event's window with full tensors:\n  %s\n", cmd.c_str());
+      std::fprintf(stderr,
+                   "opguard: re-record this event's window with full tensors (add the program's own environment "
+                   "variables; the recording holds only those that change numerics):\n  %s\n",
+                   cmd.c_str());
   }
   return kExitFormat;
 }

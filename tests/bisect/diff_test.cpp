@@ -1081,6 +1081,7 @@ TEST_CASE("origins with fingerprints only print the command that re-records the 
   const auto& f = *d.report.first_divergent;
   CHECK(f.evidence.empty());
   CHECK(f.evidence_note.find("only fingerprints") != std::string::npos);
+  CHECK(f.evidence_note.find("add the program's own") != std::string::npos);  // its variables are not recorded
   CHECK(f.rerecord_command.rfind("cd /work && env -u ", 0) == 0);
   CHECK(f.rerecord_command.find(" -u OMP_OPGUARD_DIFF_TEST ") != std::string::npos);
   CHECK(f.rerecord_command.find(" ATEN_CPU_CAPABILITY=default /opt/opguard/bin/opguard record --out ") !=
