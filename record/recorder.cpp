@@ -1579,15 +1579,20 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
   }
 }
 
-// --- SIGTERM: finish the recording, then die of it ---------------------------
-// A cluster ends a job with SIGTERM (then SIGKILL after a grace period), and
-// its default action killed the process with the writer steps behind: the
-// recording lost every queued step. Where the program has no SIGTERM handler
-// of its own, the recorder's writes a byte to a pipe; a thread of the
-// recorder stops the recording (the queue drains, the manifest says where it
-// ended), restores the default action and raises the signal again. Training
-// goes on meanwhile. A program that installs its own handler replaces this
-// one, and ends through exit() and the recorder's exit handler.
+// --- SIGTERM and SIGINT: finish the recording, then die of it ---------------
+// A cluster ends a job with SIGTERM (then SIGKILL after a grace period), a
+// user with Ctrl-C, and their default action killed the process with the
+// writer steps behind: the recording lost every queued step. Where the program
+// has no handler of its own for the signal, the recorder's writes a byte to a
+// pipe; a thread of the recorder stops the recording (the queue drains, the
+// manifest says where it ended), restores the default action and raises the
+// signal again. Training goes on meanwhile. A program that installs its own
+// handler replaces this one, and ends through exit() and the recorder's exit
+// handler. SIGTERM is taken when the recording starts; SIGINT only at the
+// first event: a preloaded recorder starts before Python initialises, and
+// Python installs its KeyboardInterrupt handler only where SIGINT still has
+// the default action (Python's Ctrl-C goes through sitecustomize's exit
+// handler instead, opguard_stop_recording below).
 int g_term_pipe[2] = {-1, -1};
 std::atomic<int> g_term_signal{0};
 
@@ -1601,41 +1606,54 @@ void on_term_signal(int sig) {
   errno = saved;
 }
 
-void install_term_handler() {
-  struct sigaction old {};
-  if (::sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
-  if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
-  std::thread([] {
-    char byte = 0;
-    while (::read(g_term_pipe[0], &byte, 1) < 0 && errno == EINTR) {
-    }
-    const int sig = g_term_signal.load();
-    try {
-      if (RecorderImpl* rec = g_recorder) {
-        std::lock_guard<std::mutex> lock(rec->manifest_mutex);
-        rec->manifest.info["ended_by_signal"] = "SIGTERM";
+// The pipe and the thread that reads it, once per process.
+bool start_signal_thread() {
+  static const bool started = [] {
+    if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return false;
+    std::thread([] {
+      char byte = 0;
+      while (::read(g_term_pipe[0], &byte, 1) < 0 && errno == EINTR) {
       }
-      stop_recording();
-    } catch (...) {
-      // The signal's action below is what matters now.
-    }
-    ::signal(sig, SIG_DFL);
-    ::kill(::getpid(), sig);
-  }).detach();
+      const int sig = g_term_signal.load();
+      try {
+        if (RecorderImpl* rec = g_recorder) {
+          std::lock_guard<std::mutex> lock(rec->manifest_mutex);
+          rec->manifest.info["ended_by_signal"] = sig == SIGINT ? "SIGINT" : "SIGTERM";
+        }
+        stop_recording();
+      } catch (...) {
+        // The signal's action below is what matters now.
+      }
+      ::signal(sig, SIG_DFL);
+      ::kill(::getpid(), sig);
+    }).detach();
+    return true;
+  }();
+  return started;
+}
+
+// Takes `sig` where it still has its default action (not where the program
+// handles or ignores it: a job started in the background ignores SIGINT).
+void take_signal(int sig) {
+  struct sigaction old {};
+  if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  if (!start_signal_thread()) return;
   struct sigaction act {};
   act.sa_handler = on_term_signal;
   ::sigemptyset(&act.sa_mask);
   act.sa_flags = SA_RESTART;
-  ::sigaction(SIGTERM, &act, nullptr);
+  ::sigaction(sig, &act, nullptr);
 }
 
 void on_fork_child() {
   g_in_forked_child.store(true);
   DeferredHashing::instance().forked();
-  // The child has no thread reading the pipe: SIGTERM must kill it as before
-  // (a DataLoader's workers are ended so).
-  struct sigaction now {};
-  if (::sigaction(SIGTERM, nullptr, &now) == 0 && now.sa_handler == on_term_signal) ::signal(SIGTERM, SIG_DFL);
+  // The child has no thread reading the pipe: SIGTERM and SIGINT must kill it
+  // as before (a DataLoader's workers are ended so).
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction now {};
+    if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler == on_term_signal) ::signal(sig, SIG_DFL);
+  }
 }
 
 }  // namespace
@@ -1671,6 +1689,7 @@ void RecorderImpl::open_recording() {
       write_manifest(ManifestState::kOpen);
       opened_manifest = true;
     }
+    take_signal(SIGINT);
     reserve_space();
     // Registered now, not when the library loads: torch's context and HDF5
     // (which closes every file in its own exit handler) are initialised by
@@ -1806,7 +1825,7 @@ void start_recording(const RecorderConfig& config) {
   static std::once_flag fork_once;
   std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
   static std::once_flag term_once;
-  std::call_once(term_once, install_term_handler);
+  std::call_once(term_once, [] { take_signal(SIGTERM); });
   // A previous recorder of this process stays allocated (never freed): a
   // callback already running on another thread may still read it.
   if (config.defer_hashing) install_deferring_allocator();

@@ -564,6 +564,26 @@ TEST_CASE("SIGTERM and Ctrl-C end a recorded run with every step it finished rec
     CHECK(info_of(out)["clean_exit"] == "1");
     if (sig == SIGTERM) CHECK(info_of(out)["ended_by_signal"] == "SIGTERM");
   }
+
+  // Ctrl-C of a C++ program (no handler of its own: SIGINT's default action
+  // killed it with the queue unwritten).
+  const std::string out = tmp / "rec_cpp_SIGINT";
+  Child c = spawn(record_cmd(out, {}, tiny_cpp(100000)), tmp.path().string(), "cpp_SIGINT",
+                  {"OPGUARD_TEST_WRITER_DELAY_US=500"});
+  REQUIRE(wait_for_manifest(out, c.pid));
+  while (fmts::scan_recording(out).ranks[0].steps.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const int64_t written_then = static_cast<int64_t>(fmts::scan_recording(out).ranks[0].steps.size());
+  ::kill(c.pid, SIGINT);
+  Result r = wait_child(c);
+  INFO(r.err);
+  CHECK(r.exit_code == 130);
+  MESSAGE("C++ SIGINT: " << written_then << " steps written when it came, " << contiguous_steps(out).size()
+                         << " in the recording");
+  CHECK(static_cast<int64_t>(contiguous_steps(out).size()) > written_then);  // the queue was written
+  CHECK(ls_json(out, tmp.path().string())["torn_steps"].empty());
+  CHECK(info_of(out)["clean_exit"] == "1");
+  CHECK(info_of(out)["ended_by_signal"] == "SIGINT");
 }
 
 TEST_CASE("ls of a recording still being written says so, and after a SIGKILL that the process died") {
