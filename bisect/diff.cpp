@@ -549,6 +549,12 @@ struct RankState {
   struct ScopeProducers {
     int32_t last = -1;
     int32_t last_divergent = -1;
+    // `last`'s place in this step: its reference event (-1: unmatched), its
+    // suspect event and its position in the suspect's order; how many forward
+    // events the scope ran this step.
+    int32_t last_reference = -1;
+    std::size_t last_suspect = 0, last_position = 0;
+    int count = 0;
   };
   std::vector<ScopeProducers> forward_by_scope;  // by StringPool id of the scope (last = -1: none this step)
   std::vector<Gap> gaps;                // every gap of the alignment so far
@@ -576,6 +582,8 @@ class Engine {
   void report_gap(RankState& rs, const StepEvents& re, const StepEvents& se, std::size_t a, std::size_t b,
                   int32_t gap, int input);
   void add_found(RankState& rs, DivergentEvent d) const;
+  void saved_origin(RankState& rs, const StepEvents& re, const StepEvents& se, const RankState::ScopeProducers& made,
+                    std::size_t reader, int input, const std::vector<int32_t>& order, bool in_range);
   void add_rerecord(const RankState& rs, DivergentEvent& d, uint64_t reference_id, uint64_t suspect_id) const;
   bool collective(int32_t op) const { return pool_[op].rfind("c10d::", 0) == 0; }
   DivergentEvent describe(const RankState& rs, const Event* a, const Event* b, EventClass cls,
@@ -729,6 +737,49 @@ void Engine::add_found(RankState& rs, DivergentEvent d) const {
     return std::tie(x.step, x.t_start_ns) < std::tie(y.step, y.t_start_ns);
   });
   if (rs.found.size() > keep) rs.found.pop_back();
+}
+
+// A forward event whose inputs and returned outputs were equal in both runs,
+// and a tensor it saved for the backward pass differs: backward event
+// `reader` of the suspect read it as input `input`. The forward event is the
+// origin (DivergentEvent::saved_reader); its phase's summary counts it so.
+void Engine::saved_origin(RankState& rs, const StepEvents& re, const StepEvents& se,
+                          const RankState::ScopeProducers& made, std::size_t reader, int input,
+                          const std::vector<int32_t>& order, bool in_range) {
+  const std::size_t b = made.last_suspect;
+  const auto a = static_cast<std::size_t>(made.last_reference);
+  const formats::Phase phase = se.phase(b);
+  if (!in_range) return;
+  PhaseSummary& sum = summary(rs.suspect_rank, se.c->events.step[b], phase);
+  --sum.counts[static_cast<int>(EventClass::kSame)];
+  ++sum.counts[static_cast<int>(EventClass::kOrigin)];
+  if (options_.list_events) {
+    const std::string id = formats::event_id_string(se.c->events.id[b]);
+    for (auto it = report_.events.rbegin(); it != report_.events.rend(); ++it)
+      if (it->rank == rs.suspect_rank && it->suspect_id == id) {
+        it->cls = EventClass::kOrigin;
+        break;
+      }
+  }
+  int64_t call_index = 0;
+  for (std::size_t p = 0; p < made.last_position; ++p) {
+    const auto e = static_cast<std::size_t>(order[p]);
+    call_index += se.phase(e) == phase && se.op(e) == se.op(b) && se.scope(e) == se.scope(b);
+  }
+  const Event eb = se.reader->event(b);
+  const Event ea = re.reader->event(a);
+  PairComparison cmp;
+  compare_pair(re, a, se, b, pool_, cmp);
+  DivergentEvent d = describe(rs, &ea, &eb, EventClass::kOrigin, &cmp, call_index);
+  d.state_note = state_difference(ea, eb);
+  const Event er = se.reader->event(reader);
+  d.saved_reader = formats::event_id_string(er.id);
+  d.saved_reader_op = formats::op_text(er.op, er.overload);
+  d.saved_input = er.inputs[static_cast<std::size_t>(input)].name.empty()
+                      ? fmt::format("input {}", input)
+                      : er.inputs[static_cast<std::size_t>(input)].name;
+  d.saved_candidates = made.count;
+  add_found(rs, std::move(d));
 }
 
 // A region whose differing result event b read (input `input`) and that is
@@ -945,11 +996,17 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
         if (!cmp.input_differs[k] || !is_tensor(in_begin + k)) continue;
         BitsSource s = rs.flow.explain(se.bits(in_begin + k));
         // A backward op reads what its forward op saved: a tensor, or a view
-        // of one, that no event returned. The forward events of its scope made it.
+        // of one, that no event returned. The forward events of its scope made
+        // it; where none of them returned other bits, one computed this
+        // tensor otherwise from equal inputs: an origin (saved_origin).
         if ((s.unseen || s.view_unseen) && phase == formats::Phase::kBackward) {
           const auto scope = static_cast<std::size_t>(se.scope(b));
           if (scope < rs.forward_by_scope.size() && rs.forward_by_scope[scope].last >= 0) {
-            const RankState::ScopeProducers& made = rs.forward_by_scope[scope];
+            RankState::ScopeProducers& made = rs.forward_by_scope[scope];
+            if (made.last_divergent < 0 && made.last_reference >= 0) {
+              saved_origin(rs, re, se, made, b, static_cast<int>(k), order, in_range);
+              made.last_divergent = made.last;
+            }
             s.kind = made.last_divergent >= 0 ? BitsSource::kPropagated : BitsSource::kEnteredOutside;
             s.event = made.last_divergent >= 0 ? made.last_divergent : made.last;
           }
@@ -1024,6 +1081,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
     if (scope >= rs.forward_by_scope.size()) rs.forward_by_scope.resize(scope + 1);
     auto& producers = rs.forward_by_scope[scope];
     producers.last = self;
+    producers.last_reference = a;
+    producers.last_suspect = b;
+    producers.last_position = position;
+    ++producers.count;
     if (unmatched || (compared && cls != EventClass::kSame)) producers.last_divergent = self;
   }
 

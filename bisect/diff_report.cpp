@@ -95,6 +95,11 @@ json event_json(const DivergentEvent& d) {
   j["evidence_note"] = d.evidence_note;
   if (!d.cause_note.empty()) j["cause_note"] = d.cause_note;
   if (!d.state_note.empty()) j["state_note"] = d.state_note;
+  if (d.saved_reader)
+    j["saved_for_backward"] = {{"reader", *d.saved_reader},
+                               {"reader_op", d.saved_reader_op},
+                               {"input", d.saved_input},
+                               {"forward_events_of_scope", d.saved_candidates}};
   j["rerecord_command"] = d.rerecord_command;
   return j;
 }
@@ -163,7 +168,16 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
     t += fmt::format("    event {} in {}, {} in {}\n", d.reference_id.value_or("-"), r.reference_dir,
                      d.suspect_id.value_or("-"), r.suspect_dir);
   }
-  if (d.cls == EventClass::kOrigin && !d.region) t += "    inputs and arguments bitwise equal; outputs differ\n";
+  if (d.cls == EventClass::kOrigin && !d.region && d.saved_reader)
+    t += fmt::format("    inputs, arguments and returned outputs bitwise equal; a tensor it saved for the backward pass "
+                     "without returning it differs: {} of {} (event {}, backward){}\n",
+                     d.saved_input, d.saved_reader_op, *d.saved_reader,
+                     d.saved_candidates > 1
+                         ? fmt::format(" (the last of the {} forward operators of this scope in this step, any of "
+                                       "which may have saved it)", d.saved_candidates)
+                         : "");
+  else if (d.cls == EventClass::kOrigin && !d.region)
+    t += "    inputs and arguments bitwise equal; outputs differ\n";
   if (d.cls == EventClass::kOriginArgs)
     t += fmt::format("    tensor inputs bitwise equal; an argument differs; outputs {}\n",
                      d.outputs_differ ? "differ" : "equal");

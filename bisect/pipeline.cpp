@@ -174,6 +174,15 @@ RunResult bisect_run(const RunOptions& o) {
                                  fd.op);
     return finish();
   }
+  if (fd.saved_reader) {
+    result.status = RunResult::Status::kNotReplayable;
+    result.message = fmt::format(
+        "the first divergent operator {} (event {}) returned equal bits; a tensor it saved for the backward pass "
+        "differs ({} of {}, event {}), and replay compares returned outputs only: bisect it with a program that "
+        "runs its backward under each config",
+        fd.op, *fd.suspect_id, fd.saved_input, fd.saved_reader_op, *fd.saved_reader);
+    return finish();
+  }
   result.event = *fd.reference_id;
   say(fmt::format("first divergent operator: {} (event {}, step {}, {}{})", fd.op, result.event, fd.step, fd.phase,
                   fd.scope.empty() ? "" : ", scope " + fd.scope));

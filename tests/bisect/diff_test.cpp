@@ -1001,6 +1001,45 @@ TEST_CASE("a backward op reading a tensor its forward op saved without returning
   CHECK(count(d, EventClass::kEntered) == 0);
 }
 
+TEST_CASE("a forward op that returns equal bits and saved a tensor for backward that differs is the origin, not "
+          "memory changed outside the dispatcher (cross_entropy_loss's log-softmax under another CPU capability)") {
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    Sim s(*r);
+    T x = s.outside(1);
+    s.call("aten::relu", {x});  // 0: same
+    s.scope = "loss";
+    T loss = s.call("aten::cross_entropy_loss", {x});  // 1: same loss; its log-softmax differs, unreturned
+    s.scope = "";
+    s.call("aten::exp", {x});  // 2: same
+    s.phase = Phase::kBackward;
+    T log_softmax{1000, 0, r == &b ? 77u : 78u};
+    Op o{"aten::nll_loss_backward", {tensor("grad_output", loss), tensor("self", log_softmax)},
+         {tensor("", T{1001, 0, r == &b ? 5u : 6u})}, "loss", Phase::kBackward};
+    r->add(0, o);  // 3
+    Op o2{"aten::mul", {tensor("self", T{1001, 0, r == &b ? 5u : 6u})}, {tensor("", T{1002, 0, r == &b ? 7u : 8u})},
+          "loss", Phase::kBackward};
+    r->add(0, o2);  // 4: reads 3's output
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.op == "aten::cross_entropy_loss");
+  CHECK(f.cls == EventClass::kOrigin);
+  CHECK(f.suspect_id == "1");
+  CHECK(f.saved_reader == "3");
+  CHECK(f.saved_input == "self");
+  CHECK(f.saved_candidates == 1);
+  CHECK(d.by_suspect_id["1"] == EventClass::kOrigin);  // in --events too
+  CHECK(d.by_suspect_id["3"] == EventClass::kPropagated);
+  CHECK(d.by_suspect_id["4"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
+  CHECK(d.report.totals.counts[static_cast<int>(EventClass::kOrigin)] == 1);  // the summary counts it
+  CHECK(bisect::report_text(d.report).find("a tensor it saved for the backward pass without returning it differs") !=
+        std::string::npos);
+}
+
 TEST_CASE("a backward op reading a view its forward op made inside itself (a saved transpose of a weight) is "
           "propagated from that scope, not entered") {
   TempDir dir;

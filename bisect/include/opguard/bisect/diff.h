@@ -119,6 +119,16 @@ struct DivergentEvent {
   // hold (set_ of a Storage): data from outside the recording, not changed
   // after it.
   bool brought_in = false;
+  // An origin whose returned outputs are bitwise equal in both runs (as are its
+  // inputs), named because a tensor it saved for the backward pass without
+  // returning it differs (a composite op's intermediate: cross_entropy_loss's
+  // log_softmax). `saved_reader` is the backward event that read it (suspect
+  // id), `saved_input` that input's name, `saved_candidates` how many forward
+  // events of the scope ran this step (more than one: this one, the last,
+  // stands for them). Replay compares returned outputs only.
+  std::optional<std::string> saved_reader;
+  std::string saved_reader_op, saved_input;
+  int saved_candidates = 0;
   // Evidence: full-tensor metrics where both runs hold the data; otherwise a
   // sentence saying what is missing and the command that re-records the window.
   std::vector<TensorEvidence> evidence;
