@@ -174,6 +174,27 @@ RunResult bisect_run(const RunOptions& o) {
                                  fd.op);
     return finish();
   }
+  if (fd.cls == EventClass::kOriginArgs) {
+    // The programs passed the op other values (a learning rate, a seed): no
+    // config of the op's makes its bits from the reference's arguments.
+    std::string args;
+    bool generators_only = true;
+    for (const auto& v : fd.differing) {
+      if (v.output) continue;
+      args += (args.empty() ? "" : ", ") + (v.name.empty() ? "input " + std::to_string(v.position) : v.name);
+      generators_only = generators_only && v.kind == "generator";
+    }
+    result.status = RunResult::Status::kNothingToBisect;
+    result.message = fmt::format(
+        "the first divergent operator {} (event {}) was called with other arguments ({}): {}; no config of the op "
+        "makes the suspect's bits from the reference's arguments, so there is nothing to replay; opguard diff shows "
+        "the values",
+        fd.op, *fd.suspect_id, args,
+        generators_only && !args.empty()
+            ? "its random generator was in another state (another seed, or draws the recording does not show)"
+            : "the programs passed other values (a learning rate, a seed)");
+    return finish();
+  }
   if (fd.saved_reader) {
     result.status = RunResult::Status::kNotReplayable;
     result.message = fmt::format(

@@ -1087,6 +1087,25 @@ struct ValueBuilder {
     } else if (iv.isList() && iv.toListRef().empty()) {
       v.kind = ValueKind::kIntList;  // an empty list of any element type
       v.text = "[]";
+    } else if (iv.isList()) {
+      // A Scalar[] (a foreach optimizer's per-parameter step sizes): numbers
+      // of one type are an int_list or a double_list; mixed or complex ones
+      // stay `other`, their values in the text (compared, not replayable).
+      bool ints = true, doubles = true;
+      std::string s = "[";
+      for (const auto& e : iv.toListRef()) {
+        ints = ints && e.isInt();
+        doubles = doubles && e.isDouble();
+        if (s.size() > 1) s += ",";
+        if (e.isInt()) s += std::to_string(e.toInt());
+        else if (e.isDouble()) s += hex_double(e.toDouble());
+        else if (e.isComplexDouble())
+          s += "(" + hex_double(e.toComplexDouble().real()) + "," + hex_double(e.toComplexDouble().imag()) + ")";
+        else if (e.isBool()) s += e.toBool() ? "true" : "false";
+        else s += e.tagKind();
+      }
+      v.kind = ints ? ValueKind::kIntList : doubles ? ValueKind::kDoubleList : ValueKind::kOther;
+      v.text = s + "]";
     } else {
       v.kind = ValueKind::kOther;
       v.text = iv.tagKind();

@@ -306,6 +306,13 @@ c10::IValue scalar_ivalue(const Value& v, const c10::TypePtr& type) {
       c10::TypePtr elem;
       if (auto list = unwrap_optional(type)->cast<c10::ListType>()) elem = unwrap_optional(list->getElementType());
       const auto elem_kind = elem ? elem->kind() : c10::TypeKind::IntType;
+      if (elem_kind == c10::TypeKind::NumberType && v.kind != ValueKind::kBoolList) {
+        // Scalar[]: ints stay ints (they promote otherwise than doubles).
+        c10::impl::GenericList out(c10::NumberType::get());
+        for (const auto& s : items)
+          out.push_back(v.kind == ValueKind::kDoubleList ? c10::IValue(parse_double(s)) : c10::IValue(parse_int(s)));
+        return c10::IValue(out);
+      }
       if (v.kind == ValueKind::kDoubleList || elem_kind == c10::TypeKind::FloatType) {
         std::vector<double> out;
         for (const auto& s : items) out.push_back(parse_double(s));
@@ -575,8 +582,13 @@ void add_output(const c10::IValue& iv, std::vector<OutValue>& out, const formats
     }
     const auto list = iv.toListRef();
     if (list.empty()) {
-      o.kind = ValueKind::kIntList;
-      o.text = "[]";
+      // Of no telling element type: what the recording has at this place (a
+      // fused optimizer's empty Tensor[] of max_exp_avg_sqs without amsgrad),
+      // else "[]" as the recorder writes an empty list of numbers.
+      const std::size_t pos = out.size();
+      const bool tensors = iv.isTensorList() || (pos < ev.outputs.size() && ev.outputs[pos].kind == ValueKind::kTensorList);
+      o.kind = tensors ? ValueKind::kTensorList : ValueKind::kIntList;
+      o.text = tensors ? "" : "[]";
       out.push_back(std::move(o));
       return;
     }

@@ -384,6 +384,15 @@ TEST_CASE("bisect: runs that agree are nothing to bisect (exit 4); bad input exi
   CHECK(j["status"] == "no-divergence");
   CHECK(j["bundle"] == "");
   CHECK_FALSE(std::filesystem::exists(tmp / "out/bundle"));
+  // Another learning rate: the optimizer's op is called with another number,
+  // which no config explains (it re-recorded and replayed, then said the
+  // configs agree, or, for a Scalar[], that the op cannot be replayed).
+  record(tmp, tmp / "lr", {kTinyGpt, "--steps", "1", "--threads", "1", "--lr", "0.002"});
+  const auto lr = bisect_json(tmp, {"run", tmp / "a", tmp / "lr", "-o", tmp / "out_lr"}, 4);
+  CHECK(lr["status"] == "nothing-to-bisect");
+  CHECK(lr["message"].get<std::string>().find("was called with other arguments") != std::string::npos);
+  CHECK(lr["phase"] == "optimizer");
+  CHECK((!std::filesystem::exists(tmp / "out_lr/work") || std::filesystem::is_empty(tmp / "out_lr/work")));  // nothing re-recorded
   Result r = run({kOpguard, "bisect", "run", tmp / "a", tmp / "b"}, tmp.path().string());
   CHECK(r.exit_code == 2);
   std::ofstream(tmp / "a-file") << "x";

@@ -229,7 +229,10 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
   // bits), and relu_ and detach_ of a computed tensor under grad mode need it
   // rebuilt as computed, not as a leaf (relu_ fails on it) nor as a view
   // (detach_ fails); without the default dtype randn, zeros and
-  // ints * 0.25 under torch.set_default_dtype(torch.float64) returned float32.
+  // ints * 0.25 under torch.set_default_dtype(torch.float64) returned float32;
+  // a foreach op's Scalar[] was recorded as "GenericList" (not replayable,
+  // and two runs' other step sizes compared equal); fused AdamW's empty
+  // max_exp_avg_sqs came back as an int list, "differs".
   const auto results = replay::replay_all(recordings().mixed, options());
   std::set<std::string> ops;
   int matmuls = 0;
@@ -240,7 +243,8 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
     matmuls += r.op == "aten::matmul" ? 1 : 0;
   }
   for (const char* op : {"aten::linear", "aten::scaled_dot_product_attention", "aten::add.Tensor", "aten::mul.Tensor",
-                         "aten::relu_", "aten::detach_", "aten::add_.Tensor", "aten::zeros", "aten::randn"})
+                         "aten::relu_", "aten::detach_", "aten::add_.Tensor", "aten::zeros", "aten::randn",
+                         "aten::_foreach_addcdiv_.ScalarList", "aten::_foreach_mul_.ScalarList", "aten::_fused_adamw_"})
     CHECK(ops.count(op) == 1);
   CHECK(matmuls == 4);  // autocast's, two under grad mode, one under no_grad
   Result relu = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::relu_").event},
@@ -259,6 +263,15 @@ TEST_CASE("ops under autocast, Python numbers wrapped as tensors, scaled_dot_pro
   Result add = run({kOpguard, "show", recordings().mixed, "--event", by_op(results).at("aten::add.Tensor").event},
                    recordings().tmp.path().string());
   CHECK(add.out.find("wrapped-number") != std::string::npos);
+  // The step sizes are numbers, compared and shown (ints as ints).
+  Result addcdiv = run({kOpguard, "show", recordings().mixed, "--event",
+                        by_op(results).at("aten::_foreach_addcdiv_.ScalarList").event},
+                       recordings().tmp.path().string());
+  CHECK(addcdiv.out.find("double_list [0x1.999999999999ap-4,0x1p-2]") != std::string::npos);
+  Result mul = run({kOpguard, "show", recordings().mixed, "--event",
+                    by_op(results).at("aten::_foreach_mul_.ScalarList").event},
+                   recordings().tmp.path().string());
+  CHECK(mul.out.find("int_list [2,3]") != std::string::npos);
 }
 
 TEST_CASE("dtype=bf16 runs mm in bfloat16 and returns float32 that differs; dtype=fp32 on float32 inputs reproduces") {
