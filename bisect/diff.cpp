@@ -628,8 +628,15 @@ bool Engine::replicated(const StepEvents& s, std::size_t i) const {
 std::string Engine::rerecord_command(const Side& side, int rank, uint64_t id) const {
   auto m = side.manifests.find(rank);
   if (m == side.manifests.end()) return "";
+  // Unset where the run had none: the numerics variables of the shell that
+  // runs diff, and those the other run had (a shell that runs the command may
+  // export what that run had, MKL_CBWR=COMPATIBLE).
+  std::vector<std::string> unset = formats::numerics_env_here();
+  for (const Side* s : {&ref_, &sus_})
+    for (const auto& [r, manifest] : s->manifests)
+      for (const auto& [name, value] : manifest.env) unset.push_back(name);
   return formats::rerecord_command(m->second, side.dir, formats::event_id_string(id), options_.dump_radius,
-                                   options_.opguard_command, formats::numerics_env_here());
+                                   options_.opguard_command, unset);
 }
 
 // The commands that re-record the window around the event in each run, for
@@ -994,6 +1001,8 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       int first_propagated_input = -1;
       for (std::size_t k = 0; k < n_in; ++k) {
         if (!cmp.input_differs[k] || !is_tensor(in_begin + k)) continue;
+        // A Python number the call wrapped is an argument (compare_pair).
+        if (val.flags[in_begin + k] & formats::kTensorWrappedNumber) continue;
         BitsSource s = rs.flow.explain(se.bits(in_begin + k));
         // A backward op reads what its forward op saved: a tensor, or a view
         // of one, that no event returned. The forward events of its scope made

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 namespace opguard::formats {
 namespace {
@@ -85,7 +86,7 @@ std::string rerecord_command(const Manifest& manifest, const std::string& record
   auto cwd = info.find("cwd");
   if (cwd != info.end() && !cwd->second.empty()) text += "cd " + shell_quote(cwd->second) + " && ";
   std::string env;
-  for (const auto& name : inherited) {
+  for (const auto& name : std::set<std::string>(inherited.begin(), inherited.end())) {
     if (is_numerics_env(name) && manifest.env.count(name) == 0) env += " -u " + name;
   }
   for (const auto& [k, v] : manifest.env) {

@@ -842,11 +842,23 @@ TEST_CASE("a Python number (a wrapped 0-dim tensor) that differs is an argument:
     const T x{1, 0, 10};
     const T s{2, 0, r == &a ? 20u : 21u, {}, DType::kFloat64, 0, {}, fmts::kTensorWrappedNumber};
     add_op(*r, "aten::mul", {tensor("self", x), tensor("other", s)}, T{3, 0, r == &a ? 30u : 31u}, "");
+    // The next step's call (AdamW's add_(denom, eps) with eps changed): its
+    // self differs too, from the op above. Propagated; the number was named
+    // entered, "data from outside the recording".
+    const T s2{4, 0, r == &a ? 20u : 21u, {}, DType::kFloat64, 0, {}, fmts::kTensorWrappedNumber};
+    add_op(*r, "aten::add", {tensor("self", T{3, 0, r == &a ? 30u : 31u}), tensor("other", s2)},
+           T{5, 0, r == &a ? 50u : 51u}, "");
   }
-  auto d = diff(a, b, dir);
+  auto d = diff(a, b, dir, [] {
+    bisect::DiffOptions o;
+    o.max_origins = 10;
+    return o;
+  }());
   REQUIRE(d.report.first_divergent);
   CHECK(d.report.first_divergent->cls == EventClass::kOriginArgs);
   CHECK(d.report.first_divergent->op == "aten::mul");
+  CHECK(d.by_suspect_id["1"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
 }
 
 TEST_CASE("an input one run did not fingerprint is compared with nothing: same where the outputs agree, never an "
@@ -1126,6 +1138,11 @@ TEST_CASE("origins with fingerprints only print the command that re-records the 
   CHECK(f.rerecord_command.find(" ATEN_CPU_CAPABILITY=default /opt/opguard/bin/opguard record --out ") !=
         std::string::npos);
   CHECK(f.rerecord_command.find("--dump-around 1:16 -- ./train --steps 5") != std::string::npos);
+  // The reference's command unsets what the suspect had (a shell that runs it
+  // may have it exported); each name once.
+  const std::string ref_cmd = f.rerecord_command.substr(0, f.rerecord_command.find('\n'));
+  CHECK(ref_cmd.find(" -u ATEN_CPU_CAPABILITY ") != std::string::npos);
+  CHECK(ref_cmd.find(" -u OMP_OPGUARD_DIFF_TEST ") == ref_cmd.rfind(" -u OMP_OPGUARD_DIFF_TEST "));
   // The manifests differ in that knob, and it is listed first.
   REQUIRE_FALSE(d.report.manifest_differences.empty());
   CHECK(d.report.manifest_differences[0].key == "ATEN_CPU_CAPABILITY");
