@@ -102,6 +102,76 @@ class Aligner {
 
 }  // namespace
 
+void slide_gaps(std::vector<AlignStep>& script, const uint64_t* a, const uint64_t* b,
+                const std::function<int64_t(int32_t, int32_t)>& affinity, int32_t max_slide) {
+  const auto n = static_cast<int64_t>(script.size());
+  auto matched = [&](int64_t i) { return script[i].a >= 0 && script[i].b >= 0; };
+  int64_t s = 0;
+  while (s < n) {
+    if (matched(s)) {
+      ++s;
+      continue;
+    }
+    int64_t e = s;
+    while (e < n && !matched(e)) ++e;
+    const bool deletion = script[s].b < 0;  // reference events only; else suspect events only
+    bool one_sided = true;
+    for (int64_t i = s; i < e; ++i) one_sided = one_sided && ((script[i].b < 0) == deletion);
+    if (!one_sided) {
+      s = e;
+      continue;
+    }
+    // The gap's side (`side` index of each step, its signatures) and the
+    // other side's index of a matched step.
+    const uint64_t* sig = deletion ? a : b;
+    auto own = [&](int64_t i) { return deletion ? script[i].a : script[i].b; };
+    auto other = [&](int64_t i) { return deletion ? script[i].b : script[i].a; };
+    auto pair_affinity = [&](int32_t own_index, int32_t other_index) {
+      return deletion ? affinity(own_index, other_index) : affinity(other_index, own_index);
+    };
+    const int32_t g = own(s), len = static_cast<int32_t>(e - s);
+    // Left by k: the k matched steps before the gap pair their other-side
+    // events with own + len instead; right by k: those after, with own - len.
+    int64_t best_delta = 0, delta = 0;
+    int32_t best_shift = 0;
+    for (int32_t k = 1; k <= max_slide && s - k >= 0 && matched(s - k); ++k) {
+      const int32_t x = own(s - k);
+      if (x != g - k || (k > 1 && other(s - k) != other(s - k + 1) - 1) || sig[x] != sig[x + len]) break;
+      delta += pair_affinity(x + len, other(s - k)) - pair_affinity(x, other(s - k));
+      if (delta > best_delta) best_delta = delta, best_shift = -k;
+    }
+    delta = 0;
+    for (int32_t k = 1; k <= max_slide && e + k - 1 < n && matched(e + k - 1); ++k) {
+      const int32_t x = own(e + k - 1);
+      if (x != g + len + k - 1 || (k > 1 && other(e + k - 1) != other(e + k - 2) + 1) || sig[x] != sig[x - len])
+        break;
+      delta += pair_affinity(x - len, other(e + k - 1)) - pair_affinity(x, other(e + k - 1));
+      if (delta > best_delta) best_delta = delta, best_shift = k;
+    }
+    if (best_shift == 0) {
+      s = e;
+      continue;
+    }
+    // Rewrite [lo, hi): the gap's steps and the |shift| matched ones it moves past.
+    const int64_t lo = best_shift < 0 ? s + best_shift : s, hi = best_shift < 0 ? e : e + best_shift;
+    const int32_t k = best_shift < 0 ? -best_shift : best_shift;
+    const int32_t first_other = other(best_shift < 0 ? lo : e);
+    const int32_t new_gap = best_shift < 0 ? g - k : g + k;
+    std::vector<AlignStep> rewritten;
+    auto gap_step = [&](int32_t x) { return deletion ? AlignStep{x, -1} : AlignStep{-1, x}; };
+    auto pair_step = [&](int32_t x, int32_t y) { return deletion ? AlignStep{x, y} : AlignStep{y, x}; };
+    if (best_shift < 0) {
+      for (int32_t i = 0; i < len; ++i) rewritten.push_back(gap_step(new_gap + i));
+      for (int32_t i = 0; i < k; ++i) rewritten.push_back(pair_step(new_gap + len + i, first_other + i));
+    } else {
+      for (int32_t i = 0; i < k; ++i) rewritten.push_back(pair_step(g + i, first_other + i));
+      for (int32_t i = 0; i < len; ++i) rewritten.push_back(gap_step(new_gap + i));
+    }
+    std::copy(rewritten.begin(), rewritten.end(), script.begin() + lo);
+    s = hi;
+  }
+}
+
 std::vector<AlignStep> align_sequences(const uint64_t* a, std::size_t na, const uint64_t* b, std::size_t nb) {
   std::vector<AlignStep> script;
   script.reserve(std::max(na, nb) + 8);

@@ -1207,7 +1207,19 @@ void Engine::diff_step(RankState& rs, int64_t step, const LoadedStep& ref_step, 
     for (std::size_t i = 0; i < sa.size(); ++i) sa[i] = ref_step.signatures[rp[p][i]];
     for (std::size_t j = 0; j < sb.size(); ++j) sb[j] = sus_step.signatures[sp[p][j]];
     int32_t open_gap = -1;
-    for (const AlignStep& s : align_sequences(sa.data(), sa.size(), sb.data(), sb.size())) {
+    std::vector<AlignStep> script = align_sequences(sa.data(), sa.size(), sb.data(), sb.size());
+    // Where a run of events one side has could sit in several places (two
+    // models of one architecture, one evaluated in one run only), the pairs
+    // with the most equal values decide.
+    slide_gaps(script, sa.data(), sb.data(), [&](int32_t i, int32_t j) {
+      const auto ea = static_cast<std::size_t>(rp[p][i]), eb = static_cast<std::size_t>(sp[p][j]);
+      const std::size_t ra = re.first_input(ea), rb = se.first_input(eb);
+      if (re.end(ea) - ra != se.end(eb) - rb) return int64_t{0};
+      int64_t equal = 0;
+      for (std::size_t k = 0; k < re.end(ea) - ra; ++k) equal += values_equal(re, ra + k, se, rb + k);
+      return equal;
+    });
+    for (const AlignStep& s : script) {
       if (s.a >= 0 && s.b >= 0) {
         partner[sp[p][s.b]] = rp[p][s.a];
         ref_matched[rp[p][s.a]] = 1;

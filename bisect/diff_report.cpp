@@ -371,9 +371,17 @@ std::string report_text(const DiffReport& r) {
       int64_t same = 0;
       while (k < r.summary.size() && clean(k) && r.summary[k].rank == r.summary[i].rank) same += r.summary[k++].counts[0];
       if (k - i > 1) {
-        t += fmt::format("  {:>4} {:>6} {:<9} {:>8}   (steps {}..{}: every event same)\n", r.summary[i].rank,
-                         fmt::format("{}-{}", r.summary[i].step, r.summary[k - 1].step), "*", same, r.summary[i].step,
-                         r.summary[k - 1].step);
+        // Whole steps, or where a step's other phases have rows of their own,
+        // the phases the line stands for.
+        const auto& first = r.summary[i];
+        const auto& last = r.summary[k - 1];
+        const bool whole = (i == 0 || r.summary[i - 1].step != first.step || r.summary[i - 1].rank != first.rank) &&
+                           (k == r.summary.size() || r.summary[k].step != last.step || r.summary[k].rank != last.rank);
+        const std::string span =
+            whole ? fmt::format("steps {}..{}", first.step, last.step)
+                  : fmt::format("step {} {} to step {} {}", first.step, first.phase, last.step, last.phase);
+        t += fmt::format("  {:>4} {:>6} {:<9} {:>8}   ({}: every event same)\n", first.rank,
+                         fmt::format("{}-{}", first.step, last.step), "*", same, span);
         i = k;
         continue;
       }

@@ -110,3 +110,52 @@ TEST_CASE("long mostly-equal sequences with scattered edits align near-optimally
   const std::size_t matches = check_script(a, b, s);
   CHECK(matches == a.size() - a.size() / 1499 - 1);
 }
+
+TEST_CASE("a one-sided gap among equal signatures moves to where the pairs are most alike, and only there") {
+  using opguard::bisect::slide_gaps;
+  // The reference evaluates the EMA copy (E) and then the model (M), the same
+  // signatures; the suspect evaluates the model only. Values: the event's
+  // "content" (what it read); pairs of equal content are alike.
+  const std::vector<uint64_t> a = {7, 1, 2, 3, 1, 2, 3, 9}, b = {7, 1, 2, 3, 9};
+  const std::vector<int> content_a = {0, 10, 11, 12, 20, 21, 22, 30}, content_b = {0, 20, 21, 22, 30};
+  auto like = [&](int32_t i, int32_t j) { return int64_t{content_a[i] == content_b[j]}; };
+  auto s = align(a, b);
+  REQUIRE(check_script(a, b, s) == 5);
+  CHECK(s[1].b == 1);
+  CHECK(s[1].a == 1);  // the prefix takes the EMA's events
+  slide_gaps(s, a.data(), b.data(), like);
+  CHECK(check_script(a, b, s) == 5);
+  for (const auto& step : s)
+    if (step.a >= 0 && step.b >= 0) CHECK(content_a[step.a] == content_b[step.b]);
+  // Suspect-only events, the gap on the other side; and a slide to the right.
+  auto t = align(b, a);
+  slide_gaps(t, b.data(), a.data(), [&](int32_t i, int32_t j) { return int64_t{content_b[i] == content_a[j]}; });
+  CHECK(check_script(b, a, t) == 5);
+  for (const auto& step : t)
+    if (step.a >= 0 && step.b >= 0) CHECK(content_b[step.a] == content_a[step.b]);
+  const std::vector<int> early_b = {0, 10, 11, 12, 30};  // the suspect evaluated the EMA copy: stays
+  auto u = align(a, b);
+  slide_gaps(u, a.data(), b.data(), [&](int32_t i, int32_t j) { return int64_t{content_a[i] == early_b[j]}; });
+  CHECK(u[1].a == 1);
+  CHECK(u[4].b == -1);
+  // No difference in affinity: the script is left as it was.
+  auto v = align(a, b);
+  const auto before = v;
+  slide_gaps(v, a.data(), b.data(), [](int32_t, int32_t) { return int64_t{1}; });
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK((v[i].a == before[i].a && v[i].b == before[i].b));
+}
+
+TEST_CASE("gap sliding keeps every script valid on random sequences with repeats") {
+  using opguard::bisect::slide_gaps;
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<uint64_t> a, b;
+    const int na = static_cast<int>(rng() % 40), nb = static_cast<int>(rng() % 40);
+    for (int i = 0; i < na; ++i) a.push_back(rng() % 3);
+    for (int j = 0; j < nb; ++j) b.push_back(rng() % 3);
+    auto s = align(a, b);
+    const std::size_t matches = check_script(a, b, s);
+    slide_gaps(s, a.data(), b.data(), [&](int32_t i, int32_t j) { return static_cast<int64_t>((i * 31 + j * 17) % 5); });
+    CHECK(check_script(a, b, s) == matches);
+  }
+}

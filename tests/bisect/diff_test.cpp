@@ -861,6 +861,31 @@ TEST_CASE("a Python number (a wrapped 0-dim tensor) that differs is an argument:
   CHECK(count(d, EventClass::kEntered) == 0);
 }
 
+TEST_CASE("two models of one architecture, the first evaluated in the reference only: the suspect's evaluation "
+          "pairs with the reference's of the same model, not with the first of equal signatures") {
+  // A model and its EMA copy, both `fc1`; the suspect skips the EMA's
+  // evaluation. Paired by signature alone, the suspect's model evaluation met
+  // the reference's EMA evaluation: "weight entered, changed outside the
+  // dispatcher".
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    const T x{1, 0, 10}, w_model{2, 0, 20}, w_ema{3, 0, 30};
+    add_op(*r, "aten::relu", {tensor("self", x)}, T{4, 0, 40}, "");
+    if (r == &a) {
+      add_op(*r, "aten::linear", {tensor("input", x), tensor("weight", w_ema)}, T{5, 0, 50}, "fc1");
+      add_op(*r, "aten::gelu", {tensor("self", T{5, 0, 50})}, T{6, 0, 60}, "act");
+    }
+    add_op(*r, "aten::linear", {tensor("input", x), tensor("weight", w_model)}, T{7, 0, 70}, "fc1");
+    add_op(*r, "aten::gelu", {tensor("self", T{7, 0, 70})}, T{8, 0, 80}, "act");
+  }
+  auto d = diff(a, b, dir);
+  CHECK_FALSE(d.report.first_divergent);
+  CHECK(count(d, EventClass::kEntered) == 0);
+  CHECK(count(d, EventClass::kSame) == 3);
+  CHECK(d.report.totals.unmatched_reference == 2);
+}
+
 TEST_CASE("an input one run did not fingerprint is compared with nothing: same where the outputs agree, never an "
           "origin where they do not") {
   TempDir dir;
