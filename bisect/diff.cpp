@@ -557,6 +557,10 @@ struct RankState {
     int count = 0;
   };
   std::vector<ScopeProducers> forward_by_scope;  // by StringPool id of the scope (last = -1: none this step)
+  // The last backward-phase event of each scope this step that was not same
+  // (-1: none): a forward op recomputed during backward (activation
+  // checkpointing) makes what the scope's backward ops read.
+  std::vector<int32_t> backward_divergent_by_scope;
   std::vector<Gap> gaps;                // every gap of the alignment so far
   std::vector<int32_t> gap_of_suspect;  // this step: the gap of each suspect event, -1 when aligned
 };
@@ -1010,7 +1014,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
         // tensor otherwise from equal inputs: an origin (saved_origin).
         if ((s.unseen || s.view_unseen) && phase == formats::Phase::kBackward) {
           const auto scope = static_cast<std::size_t>(se.scope(b));
-          if (scope < rs.forward_by_scope.size() && rs.forward_by_scope[scope].last >= 0) {
+          if (scope < rs.backward_divergent_by_scope.size() && rs.backward_divergent_by_scope[scope] >= 0) {
+            s.kind = BitsSource::kPropagated;
+            s.event = rs.backward_divergent_by_scope[scope];
+          } else if (scope < rs.forward_by_scope.size() && rs.forward_by_scope[scope].last >= 0) {
             RankState::ScopeProducers& made = rs.forward_by_scope[scope];
             if (made.last_divergent < 0 && made.last_reference >= 0) {
               saved_origin(rs, re, se, made, b, static_cast<int>(k), order, in_range);
@@ -1095,6 +1102,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
     producers.last_position = position;
     ++producers.count;
     if (unmatched || (compared && cls != EventClass::kSame)) producers.last_divergent = self;
+  } else if (phase == formats::Phase::kBackward && (unmatched || (compared && cls != EventClass::kSame))) {
+    const auto scope = static_cast<std::size_t>(se.scope(b));
+    if (scope >= rs.backward_divergent_by_scope.size()) rs.backward_divergent_by_scope.resize(scope + 1, -1);
+    rs.backward_divergent_by_scope[scope] = self;
   }
 
   // Event objects only off the hot path: for the trace, the event list and the
@@ -1167,7 +1178,10 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       if (cmp.output_differs[k]) add_evidence(d, re.reader, se.reader, ea, eb, true, k);
   }
   if (d.evidence.empty() && d.evidence_note.empty() && cls == EventClass::kOriginArgs && !cmp.outputs_differ)
-    d.evidence_note = "outputs are bitwise equal; only an argument differs";
+    d.evidence_note = eb.outputs.empty() && ea.outputs.empty()
+                          ? "no outputs recorded (the call did not return: activation checkpointing stops its "
+                            "recomputation inside an op); an argument differs"
+                          : "outputs are bitwise equal; only an argument differs";
   if (!d.evidence_note.empty()) add_rerecord(rs, d, ea.id, eb.id);
   add_found(rs, std::move(d));
 }
@@ -1325,6 +1339,7 @@ void Engine::run_rank(int reference_rank, int suspect_rank) {
     if (k + 1 < todo.size()) next = open(todo[k + 1].second);
     const bool in_range = !options_.first_step || step >= *options_.first_step;
     rs.forward_by_scope.assign(rs.forward_by_scope.size(), {});
+    rs.backward_divergent_by_scope.assign(rs.backward_divergent_by_scope.size(), -1);
     if (in_range && (!current.ref.reader || !current.sus.reader)) {
       report_.diverged = true;
       report_.notes.push_back(fmt::format("step {} of rank {} is only in the {}", step, suspect_rank,

@@ -180,7 +180,7 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
     t += "    inputs and arguments bitwise equal; outputs differ\n";
   if (d.cls == EventClass::kOriginArgs)
     t += fmt::format("    tensor inputs bitwise equal; an argument differs; outputs {}\n",
-                     d.outputs_differ ? "differ" : "equal");
+                     d.outputs_differ ? "differ" : d.evidence_note.rfind("no outputs recorded", 0) == 0 ? "not recorded" : "equal");
   if (!d.state_note.empty()) t += "    " + d.state_note + "\n";
   for (const auto& v : d.differing)
     t += fmt::format("    {} {}: {} | {}\n", value_label(v.output, v.position, v.name), v.kind, v.reference, v.suspect);

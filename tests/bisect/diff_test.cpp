@@ -1077,6 +1077,38 @@ TEST_CASE("a forward op that returns equal bits and saved a tensor for backward 
         std::string::npos);
 }
 
+TEST_CASE("activation checkpointing: a backward op reading the mask a recomputed dropout made is propagated from "
+          "that dropout, not from the scope's forward ops; a call that recorded no outputs says so") {
+  // The suspect recomputes without restoring the generator (preserve_rng_state
+  // False): the dropout in backward draws another mask and does not return
+  // (checkpoint stops it), and MulBackward0 reads the mask.
+  TempDir dir;
+  Run a, b;
+  for (Run* r : {&a, &b}) {
+    const bool suspect = r == &b;
+    const T x{1, 0, 10};
+    add_op(*r, "aten::relu", {tensor("self", x)}, T{2, 0, 20}, "b1");
+    add_op(*r, "aten::dropout", {tensor("input", T{2, 0, 20}), generator(5)}, T{3, 0, 30}, "b1");
+    add_op(*r, "aten::add", {tensor("self", T{3, 0, 30})}, T{4, 0, 40}, "b1");
+    Op again{"aten::dropout", {tensor("input", T{2, 0, 20}), generator(suspect ? 7 : 5)}, {}, "b1", Phase::kBackward};
+    r->add(0, again);  // 3: no outputs
+    Op mul{"aten::mul", {tensor("grad", T{9, 0, 90}), tensor("other", T{100, 0, suspect ? 101u : 102u})},
+           {tensor("", T{11, 0, suspect ? 111u : 112u})}, "b1", Phase::kBackward};
+    r->add(0, mul);  // 4: reads the recomputed mask
+  }
+  auto d = diff(a, b, dir);
+  REQUIRE(d.report.first_divergent);
+  const auto& f = *d.report.first_divergent;
+  CHECK(f.op == "aten::dropout");
+  CHECK(f.phase == "backward");
+  CHECK(f.cls == EventClass::kOriginArgs);
+  CHECK(f.evidence_note.rfind("no outputs recorded", 0) == 0);
+  CHECK(d.by_suspect_id["2"] == EventClass::kSame);  // the forward add is not named
+  CHECK(d.by_suspect_id["4"] == EventClass::kPropagated);
+  CHECK(count(d, EventClass::kEntered) == 0);
+  CHECK(count(d, EventClass::kOrigin) == 0);
+}
+
 TEST_CASE("a backward op reading a view its forward op made inside itself (a saved transpose of a weight) is "
           "propagated from that scope, not entered") {
   TempDir dir;
