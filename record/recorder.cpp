@@ -112,6 +112,7 @@ struct NodeFrame {
   std::string node;
   const std::string* scope = nullptr;
   uint64_t forward_thread = 0;  // RecordFunction's id of the thread that ran the node's forward op
+  std::size_t scope_depth = 0;  // the thread's module scopes open when the node started
 };
 
 struct ThreadState {
@@ -1198,7 +1199,11 @@ Phase current_phase(const ThreadState& ts) {
 }
 
 const std::string* current_scope(RecorderImpl& rec, const ThreadState& ts) {
-  if (!ts.nodes.empty() && ts.nodes.back().scope != nullptr) return ts.nodes.back().scope;
+  // A module entered while the node runs (activation checkpointing recomputes
+  // the forward inside the node that unpacks its saved tensors) names its
+  // own ops, not the node's scope.
+  if (!ts.nodes.empty() && ts.nodes.back().scope != nullptr && ts.scopes.size() <= ts.nodes.back().scope_depth)
+    return ts.nodes.back().scope;
   if (!ts.scopes.empty()) return ts.scopes.back();
   static const std::string kEmpty;
   return &kEmpty;
@@ -1358,6 +1363,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         ts.nodes.back().scope = frame.scope;
       }
       if (frame.scope == nullptr && !ts.nodes.empty()) frame.scope = ts.nodes.back().scope;
+      frame.scope_depth = ts.scopes.size();
       ts.nodes.push_back(std::move(frame));
       return std::make_unique<Context>(Context::kNode);
     }

@@ -403,8 +403,17 @@ TEST_CASE("tensor subclasses, activation checkpointing and autocast are recorded
       "      z.float().sum().item().hex(), m[0].weight.grad.sum().item().hex())\n",
       tmp / "rec");
   std::set<std::string> scopes;
-  for (const auto& e : events_of(tmp / "rec")) scopes.insert(e.scope);
+  // The forward recomputed inside backward: each op in its module's scope
+  // (they took the scope of the node that unpacked them, `2` for all).
+  std::set<std::pair<std::string, std::string>> recomputed;
+  for (const auto& e : events_of(tmp / "rec")) {
+    scopes.insert(e.scope);
+    if (e.phase == fmts::Phase::kBackward && (e.op == "aten::linear" || e.op == "aten::gelu"))
+      recomputed.insert({e.op, e.scope});
+  }
   CHECK(scopes.count("0") == 1);  // m's first Linear, also in the recomputed forward
+  CHECK(recomputed == std::set<std::pair<std::string, std::string>>{
+                          {"aten::linear", "0"}, {"aten::gelu", "1"}, {"aten::linear", "2"}});
 }
 
 TEST_CASE("a Python autograd.Function called with grad mode on runs its forward in phase forward, under no_grad "
