@@ -248,14 +248,23 @@ bool has_storage_input(const StepEvents& s, std::size_t event) {
 bool brings_data_in(const StepEvents& s, std::size_t event, const StringPool& pool) {
   if (has_storage_input(s, event)) return true;
   if (std::string_view(pool[s.op(event)]).rfind("aten::empty", 0) != 0) return false;
-  for (std::size_t r = s.first_output(event); r < s.end(event); ++r) {
-    if (s.kind(r) != ValueKind::kTensor) return false;
-    const int64_t* sizes = s.sizes(r);
-    bool zero = false;
-    for (uint8_t d = 0; d < s.c->values.ndim[r]; ++d) zero = zero || sizes[d] == 0;
-    if (!zero) return false;
+  if (s.first_output(event) + 1 != s.end(event)) return false;
+  const std::size_t out = s.first_output(event);
+  if (s.kind(out) != ValueKind::kTensor) return false;
+  const int64_t* sizes = s.sizes(out);
+  bool zero = false;
+  for (uint8_t d = 0; d < s.c->values.ndim[out]; ++d) zero = zero || sizes[d] == 0;
+  if (!zero) return false;
+  // Only the empty tensor a set_ of a Storage then fills (activation
+  // checkpointing makes zero-element empties of its own).
+  const uint64_t id = s.c->values.storage_id[out];
+  for (std::size_t e = 0; e < s.size(); ++e) {
+    const std::size_t self = s.first_input(e);
+    if (self < s.first_output(e) && s.kind(self) == ValueKind::kTensor && s.c->values.storage_id[self] == id &&
+        id != 0 && has_storage_input(s, e))
+      return true;
   }
-  return s.first_output(event) < s.end(event);
+  return false;
 }
 
 // The alignment signature (DESIGN.md, Rule 3): op, overload, scope, autograd
@@ -1406,6 +1415,12 @@ void Engine::finish() {
         "fills: a DataLoader's batches, rebuilt as they arrive) are in one run only at their place; not counted "
         "as a divergence: what reads their bits is compared",
         t.unmatched_data_in));
+  const int64_t propagated = t.counts[static_cast<int>(EventClass::kPropagated)];
+  if (options_.first_step && !report_.first_divergent && propagated > 0)
+    report_.notes.push_back(fmt::format(
+        "{} event(s) in the steps reported read bits that already differed before step {}: the divergence started "
+        "earlier; run diff without --steps, or with an earlier first step, to name it",
+        propagated, *options_.first_step));
   if (trace_) {
     trace_->write(options_.trace_path, report_);
     report_.trace_path = options_.trace_path;

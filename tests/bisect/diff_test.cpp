@@ -815,6 +815,20 @@ TEST_CASE("set_ of a Storage brings bits in from outside the recording: never an
     CHECK(d.report.totals.counts[static_cast<int>(EventClass::kUnmatched)] == 0);
   }
   {
+    // A zero-element empty no set_ fills (activation checkpointing makes its
+    // own) is an event of one run, not data brought in.
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      if (r == &b) add_op(*r, "aten::empty", {arg("size", ValueKind::kIntList, "[0]")}, T{9, 0, 0, {0}}, "");
+      add_op(*r, "aten::relu", {tensor("self", T{1, 0, 100})}, T{3, 0, 300}, "");
+    }
+    auto d = diff(a, b, dir);
+    CHECK(d.report.diverged);
+    CHECK(d.report.totals.unmatched_data_in == 0);
+    CHECK(d.report.totals.counts[static_cast<int>(EventClass::kUnmatched)] == 1);
+    CHECK(d.report.notes.empty());
+  }
+  {
     // ... and where a reader reads it, with other bits than the other run's
     // reader read, that reader is entered (not fed by a region of one run).
     Run a, b;
@@ -1220,6 +1234,9 @@ TEST_CASE("--steps reports only that range while earlier steps still feed the da
   CHECK(count(d, EventClass::kPropagated) == 10);
   CHECK(d.report.events_suspect == 10);
   CHECK(d.report.diverged);
+  // ... and says the divergence started before the range.
+  REQUIRE(d.report.notes.size() == 1);
+  CHECK(d.report.notes[0].find("already differed before step 2") != std::string::npos);
   // Steps read only for the dataflow have no summary rows (they would print as "every event same").
   REQUIRE_FALSE(d.report.summary.empty());
   for (const auto& s : d.report.summary) CHECK(s.step == 2);
