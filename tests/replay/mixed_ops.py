@@ -52,17 +52,6 @@ with torch.no_grad():
     w3.add_(w3.grad, alpha=-0.1)
 print(h3.dtype, frozen.dtype)
 
-# Optimizer ops: foreach ops take a Scalar[] (per-parameter step sizes, ints
-# kept as ints), and fused AdamW without amsgrad writes an empty Tensor[]
-# (max_exp_avg_sqs) that replay must return as a tensor list.
-params = [torch.randn(5, 3), torch.randn(7)]
-torch._foreach_addcdiv_(params, [torch.randn(5, 3), torch.randn(7)], [torch.rand(5, 3) + 1, torch.rand(7) + 1],
-                        [0.1, 0.25])
-torch._foreach_mul_(params, [2, 3])
-wp = torch.nn.Parameter(torch.randn(6, 4))
-wp.grad = torch.randn(6, 4)
-torch.optim.AdamW([wp], lr=0.01, fused=True).step()
-
 # Under torch.set_default_dtype(torch.float64) factory ops without a dtype
 # and an int tensor * 0.25 give float64: replay must run them under it.
 # tests/cli/repro_e2e_test.cpp bundles the linspace (cpu_capability=default:
@@ -74,3 +63,15 @@ q64 = torch.arange(6) * 0.25
 l64 = torch.linspace(0.1, 7.3, 10007)
 torch.set_default_dtype(torch.float32)
 print(r64.dtype, z64.dtype, q64.dtype)
+
+# Optimizer ops: foreach ops take a Scalar[] (per-parameter step sizes, ints
+# kept as ints), and fused AdamW without amsgrad writes an empty Tensor[]
+# (max_exp_avg_sqs) that replay must return as a tensor list. Last: the
+# optimizer step ends step 0, which tests/cli/repro_e2e_test.cpp reads.
+params = [torch.randn(5, 3), torch.randn(7)]
+torch._foreach_addcdiv_(params, [torch.randn(5, 3), torch.randn(7)], [torch.rand(5, 3) + 1, torch.rand(7) + 1],
+                        [0.1, 0.25])
+torch._foreach_mul_(params, [2, 3])
+wp = torch.nn.Parameter(torch.randn(6, 4))
+wp.grad = torch.randn(6, 4)
+torch.optim.AdamW([wp], lr=0.01, fused=True).step()
