@@ -245,6 +245,18 @@ bool has_storage_input(const StepEvents& s, std::size_t event) {
 // Batches arrive in a timing-dependent order, so such an event may be in one
 // run only at its place: not a divergence in structure (its readers are
 // compared as any other).
+// Whether the event `id` of step `s` has a tensor of storage `storage` among
+// its values (false where the step has no such event).
+bool reference_event_touches(const StepEvents& s, uint64_t id, uint64_t storage) {
+  for (std::size_t e = 0; e < s.size(); ++e) {
+    if (s.c->events.id[e] != id) continue;
+    for (std::size_t r = s.first_input(e); r < s.end(e); ++r)
+      if (formats::carries_tensor(s.kind(r)) && s.c->values.storage_id[r] == storage) return true;
+    return false;
+  }
+  return true;  // not in this step: nothing to say
+}
+
 bool brings_data_in(const StepEvents& s, std::size_t event, const StringPool& pool) {
   if (has_storage_input(s, event)) return true;
   if (std::string_view(pool[s.op(event)]).rfind("aten::empty", 0) != 0) return false;
@@ -1180,6 +1192,9 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
       d.producer_op = pool_[p.op];
       d.producer_step = p.step;
       d.brought_in = p.brings_outside;
+      if (source.kind == BitsSource::kEnteredReference && p.reference_id && p.step == ev.step[b])
+        d.reference_read_other = !reference_event_touches(
+            re, *p.reference_id, re.c->values.storage_id[re.first_input(static_cast<std::size_t>(a)) + source_input]);
     }
     add_evidence(d, re.reader, se.reader, ea, eb, false, static_cast<std::size_t>(source_input));
   } else {

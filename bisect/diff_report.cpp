@@ -81,7 +81,8 @@ json event_json(const DivergentEvent& d) {
                     {"producer_reference_id", optional_json(d.producer_reference_id)},
                     {"producer_op", d.producer_op},
                     {"producer_step", d.producer_step},
-                    {"brought_in", d.brought_in}};
+                    {"brought_in", d.brought_in},
+                    {"reference_read_other", d.reference_read_other}};
   }
   json evidence = json::array();
   for (const auto& e : d.evidence)
@@ -189,6 +190,13 @@ std::string event_text(const DivergentEvent& d, const DiffReport& r) {
     if (d.producer_id && d.brought_in)
       t += fmt::format(": brought in by {} (event {}{}, step {}) from an argument the recording does not hold "
                        "(data from outside the recording: a DataLoader worker's batch, a loaded checkpoint)\n",
+                       d.producer_op, *d.producer_id,
+                       d.producer_reference_id ? ", reference " + *d.producer_reference_id : "", d.producer_step);
+    else if (d.producer_id && d.reference_read_other)
+      t += fmt::format(": the suspect read what {} made (event {}{}, step {}), equal in both runs, and the reference's "
+                       "op read another tensor, not one that event touched: the two ops paired here are likely not the "
+                       "same computation (computations of equal signatures run in another order, such as parameter "
+                       "groups listed otherwise), rather than memory changed outside the dispatcher\n",
                        d.producer_op, *d.producer_id,
                        d.producer_reference_id ? ", reference " + *d.producer_reference_id : "", d.producer_step);
     else if (d.producer_id)

@@ -900,6 +900,36 @@ TEST_CASE("two models of one architecture, the first evaluated in the reference 
   CHECK(d.report.totals.unmatched_reference == 2);
 }
 
+TEST_CASE("two same-signature computations run in another order: the reference read another tensor, which the "
+          "report says instead of memory changed outside the dispatcher") {
+  // Parameter groups of equal shapes listed in another order: the updates
+  // pair by position, each with the other parameter's.
+  TempDir dir;
+  for (const bool reordered : {true, false}) {
+    CAPTURE(reordered);
+    Run a, b;
+    for (Run* r : {&a, &b}) {
+      const T p{1, 0, 10}, q{2, 0, 20};
+      add_op(*r, "aten::relu", {tensor("self", T{5, 0, 50})}, p, "");
+      add_op(*r, "aten::neg", {tensor("self", T{5, 0, 50})}, q, "");
+      const bool swap = reordered && r == &b;
+      // Not reordered: the reference read p with bits its relu did not make
+      // (a numpy write): changed outside the dispatcher, as before.
+      const T first = swap ? q : r == &a && !reordered ? T{1, 0, 11} : p;
+      const T second = swap ? p : q;
+      add_op(*r, "aten::exp", {tensor("self", first)}, T{6, 0, swap ? 61u : 60u}, "");
+      add_op(*r, "aten::exp", {tensor("self", second)}, T{7, 0, swap ? 71u : 70u}, "");
+    }
+    auto d = diff(a, b, dir);
+    REQUIRE(d.report.first_divergent);
+    const auto& f = *d.report.first_divergent;
+    CHECK(f.cls == EventClass::kEntered);
+    CHECK(f.entered_side == "reference");
+    CHECK(f.reference_read_other == reordered);
+    CHECK((bisect::report_text(d.report).find("likely not the same computation") != std::string::npos) == reordered);
+  }
+}
+
 TEST_CASE("an input one run did not fingerprint is compared with nothing: same where the outputs agree, never an "
           "origin where they do not") {
   TempDir dir;

@@ -119,6 +119,12 @@ struct DivergentEvent {
   // hold (set_ of a Storage): data from outside the recording, not changed
   // after it.
   bool brought_in = false;
+  // entered on the reference's side, and the reference's op read a storage
+  // that the producer's aligned reference event did not touch: the reference
+  // read another tensor, so the pair is likely two computations of equal
+  // signatures that the runs ran in another order, not memory changed
+  // outside the dispatcher (only checked where the producer is in this step).
+  bool reference_read_other = false;
   // An origin whose returned outputs are bitwise equal in both runs (as are its
   // inputs), named because a tensor it saved for the backward pass without
   // returning it differs (a composite op's intermediate: cross_entropy_loss's
