@@ -576,6 +576,7 @@ struct RankState {
     int32_t last_reference = -1;
     std::size_t last_suspect = 0, last_position = 0;
     int count = 0;
+    bool last_compared = false;  // cross-rank mode: false where replicas need not agree
   };
   std::vector<ScopeProducers> forward_by_scope;  // by StringPool id of the scope (last = -1: none this step)
   // The last backward-phase event of each scope this step that was not same
@@ -1040,7 +1041,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
             s.event = rs.backward_divergent_by_scope[scope];
           } else if (scope < rs.forward_by_scope.size() && rs.forward_by_scope[scope].last >= 0) {
             RankState::ScopeProducers& made = rs.forward_by_scope[scope];
-            if (made.last_divergent < 0 && made.last_reference >= 0) {
+            if (made.last_divergent < 0 && made.last_reference >= 0 && made.last_compared) {
               saved_origin(rs, re, se, made, b, static_cast<int>(k), order, in_range);
               made.last_divergent = made.last;
             }
@@ -1121,6 +1122,7 @@ void Engine::classify(RankState& rs, const StepEvents& re, const StepEvents& se,
     producers.last_reference = a;
     producers.last_suspect = b;
     producers.last_position = position;
+    producers.last_compared = compared;
     ++producers.count;
     if (unmatched || (compared && cls != EventClass::kSame)) producers.last_divergent = self;
   } else if (phase == formats::Phase::kBackward && (unmatched || (compared && cls != EventClass::kSame))) {
