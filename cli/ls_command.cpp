@@ -103,6 +103,8 @@ int run_ls(const Options& o) {
     if (info("recording_failed") == "1") clean = "recording failed";
     if (const std::string sig = info("ended_by_signal", ""); !sig.empty())
       clean = "ended by " + sig + " (the recording was finished first)";
+    if (info("stopped_after_windows", "") == "1")
+      clean = "ended by the recorder after its --dump-around windows (--stop-after-windows)";
     const std::string taken_at = info("fingerprints", "");  // where fingerprints were taken
     std::string taken = taken_at.empty() ? "" : "  fingerprints " + taken_at;
     if (!info("observe_only", "").empty()) taken += "  observe only (a benchmark: no events)";

@@ -73,6 +73,7 @@ struct RecordOptions {
   std::string queue_bytes;
   std::string queue_full = "wait";
   bool strict = false;
+  bool stop_after_windows = false;
   int hash_threads = 1;
   bool hash_on_training_thread = false;
   std::vector<std::string> declare;
@@ -176,6 +177,8 @@ void forward_signal(int sig) {
 int run_record(const RecordOptions& o) {
   if (o.command.empty()) throw UsageError("record needs the program to run after --, e.g. opguard record --out runA -- ./train");
   if (o.hash_threads < 1 || o.hash_threads > 256) throw UsageError("--hash-threads must be between 1 and 256");
+  if (o.stop_after_windows && o.dump_around.empty())
+    throw UsageError("--stop-after-windows needs --dump-around: it ends the program after the windows");
   // Validate everything the recorder will parse, so that bad flags fail here.
   const std::string policy = policy_text(o);
   record::parse_policy(policy);
@@ -217,6 +220,7 @@ int run_record(const RecordOptions& o) {
   env.push_back(std::string(record::kEnvQueue) + "=" + queue);
   env.push_back(std::string("OPGUARD_LIB=") + library);
   if (o.strict) env.push_back(std::string(record::kEnvStrict) + "=1");
+  if (o.stop_after_windows) env.push_back(std::string(record::kEnvStopAfterWindows) + "=1");
   env.push_back(std::string(record::kEnvHashThreads) + "=" + std::to_string(o.hash_threads));
   env.push_back(std::string(record::kEnvDeferHashing) + "=" + (o.hash_on_training_thread ? "0" : "1"));
   env.push_back(std::string(record::kEnvCommand) + "=" + command_line);
@@ -292,6 +296,8 @@ void add_record_command(CLI::App& app, VerbResult& result) {
   sub->add_option("--queue-full", opts->queue_full, "When the queue is full: wait (default) or drop")
       ->check(CLI::IsMember({"wait", "drop"}));
   sub->add_flag("--strict", opts->strict, "Abort the run (exit 74) if the recording cannot be written");
+  sub->add_flag("--stop-after-windows", opts->stop_after_windows,
+                "End the program (exit 0) once the step in which the last --dump-around window closed is written");
   sub->add_option("--hash-threads", opts->hash_threads, "Threads that hash tensors of 1 MiB or more alongside the training thread (default 1: the training thread alone)");
   sub->add_flag("--hash-on-training-thread", opts->hash_on_training_thread,
                 "Fingerprint every tensor on the training thread before its op returns, not on the recorder's hashing "

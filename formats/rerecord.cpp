@@ -99,8 +99,10 @@ std::string rerecord_command(const Manifest& manifest, const std::string& record
   auto declared = info.find("declared_knobs");
   const std::string declare =
       declared == info.end() || declared->second.empty() ? "" : " --declare " + shell_quote(declared->second);
-  text += opguard_command + " record --out " + shell_quote(out) + " --dump-around " + event_id + ":" +
-          std::to_string(radius) + declare + " -- " + cmd->second;
+  // The program ends once the window is written: a long training run is not
+  // run to its end for one window.
+  text += opguard_command + " record --out " + shell_quote(out) + " --stop-after-windows --dump-around " + event_id +
+          ":" + std::to_string(radius) + declare + " -- " + cmd->second;
   return text;
 }
 

@@ -233,6 +233,9 @@ std::optional<RecorderConfig> RecorderConfig::from_env() {
   c.policy = parse_policy(get(kEnvPolicy));
   c.queue = parse_queue(get(kEnvQueue));
   c.strict = get(kEnvStrict) == "1";
+  c.stop_after_windows = get(kEnvStopAfterWindows) == "1";
+  if (c.stop_after_windows && c.policy.windows.empty())
+    throw UsageError("--stop-after-windows needs --dump-around: it ends the program after the windows");
   const std::string threads = get(kEnvHashThreads);
   if (!threads.empty()) {
     c.hash_threads = static_cast<int>(parse_int(threads, kEnvHashThreads));

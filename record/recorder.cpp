@@ -279,6 +279,11 @@ struct RecorderImpl {
   TableMemory cache_memory;
   std::pmr::unordered_map<uint64_t, CacheEntry> fingerprint_cache{&cache_memory.pool};  // by storage id
 
+  // --stop-after-windows: which --dump-around windows an event of their
+  // stream has passed (one flag per window), and whether the stop was asked.
+  std::unique_ptr<std::atomic<bool>[]> window_closed;
+  std::atomic<bool> stop_requested{false};
+
   // Interned strings and operator facts; entries never move or die while the
   // recorder lives, so events keep raw pointers to them.
   std::mutex intern_mutex;
@@ -1463,6 +1468,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ev.stream = ts.stream;
   ev.seq = ts.next_seq++;
   ev.id = formats::make_event_id(ev.stream, ev.seq);
+  if (rec.window_closed) {
+    const auto& windows = rec.config.policy.windows;
+    for (std::size_t w = 0; w < windows.size(); ++w) {
+      const uint64_t wseq = windows[w].event_id & ((uint64_t{1} << 48) - 1);
+      if ((windows[w].event_id >> 48) == ev.stream && ev.seq > wseq + windows[w].radius)
+        rec.window_closed[w].store(true, std::memory_order_relaxed);
+    }
+  }
   ev.thread = ts.tid;
   ev.phase = phase;
   ev.flags = autocast_flags() | default_dtype_flags() | sdp_flags() |
@@ -1643,12 +1656,14 @@ bool start_signal_thread() {
       try {
         if (RecorderImpl* rec = g_recorder) {
           std::lock_guard<std::mutex> lock(rec->manifest_mutex);
-          rec->manifest.info["ended_by_signal"] = sig == SIGINT ? "SIGINT" : "SIGTERM";
+          if (sig == 0) rec->manifest.info["stopped_after_windows"] = "1";
+          else rec->manifest.info["ended_by_signal"] = sig == SIGINT ? "SIGINT" : "SIGTERM";
         }
         stop_recording();
       } catch (...) {
         // The signal's action below is what matters now.
       }
+      if (sig == 0) std::_Exit(0);  // --stop-after-windows: the windows are written
       ::signal(sig, SIG_DFL);
       ::kill(::getpid(), sig);
     }).detach();
@@ -1839,6 +1854,8 @@ void start_recording(const RecorderConfig& config) {
   if (config.out_dir.empty()) throw UsageError("the recording needs an output directory");
   auto* rec = new RecorderImpl();
   rec->config = config;
+  if (config.stop_after_windows && !config.policy.windows.empty())
+    rec->window_closed = std::make_unique<std::atomic<bool>[]>(config.policy.windows.size());
   rec->ops_re = std::regex(config.policy.ops.empty() ? "." : config.policy.ops, std::regex::ECMAScript);
   rec->scopes_re = std::regex(config.policy.scopes.empty() ? "." : config.policy.scopes, std::regex::ECMAScript);
   rec->rank = env_int("RANK", env_int("LOCAL_RANK", 0));
@@ -1995,6 +2012,19 @@ void record::end_step() {
   RecorderImpl* rec = g_recorder;
   if (rec == nullptr || !rec->active.load()) return;
   rec->step.fetch_add(1);
+  if (rec->window_closed && !rec->stop_requested.load()) {
+    // --stop-after-windows: every window passed; the recorder's thread
+    // finishes the recording (this step included) and ends the process.
+    bool all = true;
+    for (std::size_t w = 0; w < rec->config.policy.windows.size(); ++w) all = all && rec->window_closed[w].load();
+    if (all && !rec->stop_requested.exchange(true) && start_signal_thread()) {
+      g_term_signal.store(0);
+      const char byte = 1;
+      if (::write(g_term_pipe[1], &byte, 1) < 0) {
+        // No thread to stop it: the program runs to its end.
+      }
+    }
+  }
   rec->backward_seen.store(false, std::memory_order_relaxed);
   rec->parameters_updated.store(false, std::memory_order_relaxed);
   if (rec->writer && !rec->failed.load()) {

@@ -551,6 +551,42 @@ TEST_CASE("vmap, grad, nested, jagged, quantized and sparse tensors are recorded
   REQUIRE(diff.out.find("runs agree bitwise") != std::string::npos);
 }
 
+TEST_CASE("--stop-after-windows ends a long run once the step that closes its windows is written") {
+  // What diff's re-record commands and bisect run use: a window in step 1 of
+  // a 60-step run is recorded without running the other 58 steps.
+  TempDir tmp;
+  const std::vector<std::string> small = {"--width", "32", "--depth", "1", "--seq", "16", "--batch", "4"};
+  std::vector<std::string> program = {kTinyGpt, "--steps", "60"};
+  program.insert(program.end(), small.begin(), small.end());
+  std::vector<std::string> two = {kTinyGpt, "--steps", "2"};
+  two.insert(two.end(), small.begin(), small.end());
+  REQUIRE(record(tmp, tmp / "first", two).exit_code == 0);
+  std::string id;
+  for (const auto& e : events_of(tmp / "first"))
+    if (e.step == 1 && id.empty()) id = fmts::event_id_string(e.id + 20);
+  REQUIRE_FALSE(id.empty());
+  Result r = record(tmp, tmp / "stopped", program, {"--dump-around", id + ":4", "--stop-after-windows"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto layout = fmts::scan_recording(tmp / "stopped");
+  CHECK(layout.ranks[0].steps.size() >= 2);
+  CHECK(layout.ranks[0].steps.size() <= 3);  // the window's step, and the one that closed it at most
+  CHECK(layout.ranks[0].torn.empty());
+  const auto manifest = fmts::read_manifest(layout.ranks[0].manifest_path);
+  CHECK(manifest.info.at("stopped_after_windows") == "1");
+  CHECK(manifest.info.at("clean_exit") == "1");
+  std::size_t full = 0;
+  for (const auto& e : events_of(tmp / "stopped"))
+    for (const auto& v : e.outputs) full += (v.tensor.flags & fmts::kTensorHasData) ? 1 : 0;
+  CHECK(full > 0);  // the window has its full tensors
+  Result ls = run({kOpguard, "ls", tmp / "stopped"}, tmp.path().string());
+  CHECK(ls.out.find("--stop-after-windows") != std::string::npos);
+  // Without a window there is nothing to stop after.
+  Result alone = record(tmp, tmp / "alone", program, {"--stop-after-windows"});
+  CHECK(alone.exit_code == 2);
+  CHECK_FALSE(std::filesystem::exists(tmp / "alone"));
+}
+
 TEST_CASE("bad recorder flags, an unwritable output and a missing program fail before training starts") {
   TempDir tmp;
   Result bad = record(tmp, tmp / "rec", cpp_example(), {"--dump-steps", "banana"});

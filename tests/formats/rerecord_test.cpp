@@ -86,7 +86,7 @@ TEST_CASE("a manifest's hostile strings reach the shell as plain words and run n
   opguard::testing::Result r = opguard::testing::run({"/bin/sh", "-c", cmd}, tmp.path().string());
   INFO(cmd << "\n" << r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  REQUIRE(r.out == "[record]\n[--out]\n[" + rec_dir + "-around-12]\n[--dump-around]\n[12:4]\n[--]\n[prog]\n"
+  REQUIRE(r.out == "[record]\n[--out]\n[" + rec_dir + "-around-12]\n[--stop-after-windows]\n[--dump-around]\n[12:4]\n[--]\n[prog]\n"
                    "[a b; touch pwned]\n[$(touch pwned)]\n[it's]\n");
   // Nothing but run's own stdout and stderr files appeared (the command wrote none).
   auto after = tree(tmp.path());
@@ -125,5 +125,5 @@ TEST_CASE("a manifest whose record command is not in opguard's quoted form gets 
   REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard", {}).empty());
   m.info["record_command"] = quoted_words({"python3", "train.py"});
   REQUIRE(fmts::rerecord_command(m, "rec", "3", 16, "opguard", {}) ==
-          "opguard record --out rec-around-3 --dump-around 3:16 -- python3 train.py");
+          "opguard record --out rec-around-3 --stop-after-windows --dump-around 3:16 -- python3 train.py");
 }

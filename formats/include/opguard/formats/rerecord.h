@@ -36,7 +36,8 @@ std::vector<std::string> numerics_env_here();
 
 // "" when the manifest holds no record_command, or one not in the form
 // `opguard record` writes. Environment entries other than is_numerics_env
-// names are left out. The new recording goes to RECORDING_DIR-around-EVENT_ID,
+// names are left out. The command ends the program once the window is written
+// (--stop-after-windows). The new recording goes to RECORDING_DIR-around-EVENT_ID,
 // beside the original. `inherited`: the numerics variables of the environment
 // the command will run in (numerics_env_here()); those the manifest lacks are
 // removed (`env -u NAME`), so the run sees the recorded environment, not the

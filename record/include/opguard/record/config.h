@@ -17,6 +17,9 @@ inline constexpr const char* kEnvOut = "OPGUARD_OUT";            // recording di
 inline constexpr const char* kEnvPolicy = "OPGUARD_POLICY";      // SamplingPolicy text
 inline constexpr const char* kEnvQueue = "OPGUARD_QUEUE";        // QueueConfig text
 inline constexpr const char* kEnvStrict = "OPGUARD_STRICT";      // "1": abort on write failure
+// "1": end the program (exit status 0) at the end of the step in which the
+// last --dump-around window closed, once that step is written.
+inline constexpr const char* kEnvStopAfterWindows = "OPGUARD_STOP_AFTER_WINDOWS";
 inline constexpr const char* kEnvHashThreads = "OPGUARD_HASH_THREADS";
 inline constexpr const char* kEnvDeferHashing = "OPGUARD_DEFER_HASHING";  // "0": hash on the training thread
 inline constexpr const char* kEnvCommand = "OPGUARD_COMMAND";    // the recorded command line (for the manifest)
@@ -101,6 +104,7 @@ struct RecorderConfig {
   SamplingPolicy policy;
   QueueConfig queue;
   bool strict = false;
+  bool stop_after_windows = false;  // kEnvStopAfterWindows; needs policy.windows
   int hash_threads = 1;
   // Fingerprints of host tensors taken on a hashing thread while training
   // goes on (record/deferred.h); false: on the training thread.
