@@ -55,6 +55,10 @@ const std::set<std::string> kVolatileInfo = {"start_time", "end_time", "pid", "b
                                              "events", "dropped_tensors", "peak_rss_bytes", "written_while_deferred",
                                              "ops_on_kernel_workers"};
 
+// Compared only where both runs have them: a run without intra-op workers (1
+// thread) has no workers' denormal state to record.
+const std::set<std::string> kInfoOfBoth = {"flush_denormal_workers_at_end"};
+
 constexpr int kNumPhases = 4;
 
 std::string fingerprint_text(const TensorMeta& m) {
@@ -1464,6 +1468,7 @@ void diff_manifests(const Side& ref, const Side& sus, const std::vector<std::pai
         std::optional<std::string> vx, vy;
         if (ix != x.end()) vx = ix->second;
         if (iy != y.end()) vy = iy->second;
+        if (skip_volatile && kInfoOfBoth.count(k) && (!vx || !vy)) continue;
         if (vx != vy) found[{section, k, vx, vy}].push_back(rb);
       }
     };

@@ -1248,6 +1248,15 @@ TEST_CASE("origins with fingerprints only print the command that re-records the 
   REQUIRE_FALSE(d.report.manifest_differences.empty());
   CHECK(d.report.manifest_differences[0].key == "ATEN_CPU_CAPABILITY");
   CHECK_FALSE(d.report.manifest_differences[0].reference);
+  CHECK(d.report.manifest_differences.size() == 1);
+  // The workers' denormal state of a run with workers against one without
+  // (1 thread) is no difference; two values that differ are.
+  a.set_info("flush_denormal_workers_at_end", "0");
+  auto d2 = diff(a, b, dir, o);
+  CHECK(d2.report.manifest_differences.size() == 1);
+  b.set_info("flush_denormal_workers_at_end", "1");
+  auto d3 = diff(a, b, dir, o);
+  CHECK(d3.report.manifest_differences.size() == 2);
 }
 
 TEST_CASE("--steps reports only that range while earlier steps still feed the dataflow") {
