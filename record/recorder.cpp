@@ -652,6 +652,12 @@ void RecorderImpl::mark_uninitialized(const at::Tensor& t, bool fresh) {
   uninit.insert_or_assign(t.storage().unsafeGetStorageImpl(), std::move(e));
 }
 
+// A --dump-around window's event: its stream and its position in the stream
+// (formats::make_event_id's two parts).
+static std::pair<uint64_t, uint64_t> window_place(const EventWindow& w) {
+  return {w.event_id >> 48, w.event_id & ((uint64_t{1} << 48) - 1)};
+}
+
 bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std::string* scope,
                               uint32_t stream, uint64_t seq, int64_t step) {
   const SamplingPolicy& p = config.policy;
@@ -682,8 +688,7 @@ bool RecorderImpl::wants_dump(const ThreadState& ts, const OpInfo& op, const std
   if (!p.windows.empty()) {
     bool any = false;
     for (const auto& w : p.windows) {
-      const uint64_t wstream = w.event_id >> 48;
-      const uint64_t wseq = w.event_id & ((uint64_t{1} << 48) - 1);
+      const auto [wstream, wseq] = window_place(w);
       const uint64_t lo = wseq > w.radius ? wseq - w.radius : 0;
       any = any || (wstream == stream && seq >= lo && seq <= wseq + w.radius);
     }
@@ -1471,8 +1476,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (rec.window_closed) {
     const auto& windows = rec.config.policy.windows;
     for (std::size_t w = 0; w < windows.size(); ++w) {
-      const uint64_t wseq = windows[w].event_id & ((uint64_t{1} << 48) - 1);
-      if ((windows[w].event_id >> 48) == ev.stream && ev.seq > wseq + windows[w].radius)
+      const auto [wstream, wseq] = window_place(windows[w]);
+      if (wstream == ev.stream && ev.seq > wseq + windows[w].radius)
         rec.window_closed[w].store(true, std::memory_order_relaxed);
     }
   }
@@ -2017,13 +2022,7 @@ void record::end_step() {
     // finishes the recording (this step included) and ends the process.
     bool all = true;
     for (std::size_t w = 0; w < rec->config.policy.windows.size(); ++w) all = all && rec->window_closed[w].load();
-    if (all && !rec->stop_requested.exchange(true) && start_signal_thread()) {
-      g_term_signal.store(0);
-      const char byte = 1;
-      if (::write(g_term_pipe[1], &byte, 1) < 0) {
-        // No thread to stop it: the program runs to its end.
-      }
-    }
+    if (all && !rec->stop_requested.exchange(true) && start_signal_thread()) on_term_signal(0);
   }
   rec->backward_seen.store(false, std::memory_order_relaxed);
   rec->parameters_updated.store(false, std::memory_order_relaxed);
